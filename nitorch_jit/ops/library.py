@@ -2,22 +2,27 @@
 
 Compiled libraries only add kernels (``TORCH_LIBRARY_IMPL(nitorch_jit, CPU|CUDA, m)``), so
 importing the package never compiles anything, and fake kernels / autograd can be
-registered before any library exists.
+registered before any library exists. Schemas are grouped by module: a module is one folder
+of csrc/ (one CPU library, one CUDA library) and one file of nitorch_jit/torch_impl/.
 """
 import torch
 
 LIB = torch.library.Library("nitorch_jit", "DEF")  # kept alive for the whole process
 
-SCHEMAS = {
-    # ---- spline resampling (csrc/pushpull) -----------------------------------------
-    # input [B, C, *S], grid [B, *O, D] (voxel coordinates), order/bound one per dim.
-    "grid_pull": "grid_pull(Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
-    "grid_push": "grid_push(Tensor input, Tensor grid, int[] shape, int[] order, int[] bound, bool extrapolate) -> Tensor",
-    "grid_grad": "grid_grad(Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
-    "grid_pushgrad": "grid_pushgrad(Tensor input, Tensor grid, int[] shape, int[] order, int[] bound, bool extrapolate) -> Tensor",
-    "grid_grad_dot": "grid_grad_dot(Tensor weight, Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
-    "grid_hess_dot": "grid_hess_dot(Tensor weight, Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
+MODULES = {
+    # spline resampling. input [B, C, *S], grid [B, *O, D] in voxels; order/bound one per dim.
+    # The contract is docs/pushpull-spec.md.
+    "pushpull": {
+        "grid_pull": "(Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
+        "grid_push": "(Tensor input, Tensor grid, int[] shape, int[] order, int[] bound, bool extrapolate) -> Tensor",
+        "grid_grad": "(Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
+        "grid_pushgrad": "(Tensor input, Tensor grid, int[] shape, int[] order, int[] bound, bool extrapolate) -> Tensor",
+        "grid_grad_dot": "(Tensor weight, Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
+        "grid_hess_dot": "(Tensor weight, Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
+    },
 }
 
-for _schema in SCHEMAS.values():
-    LIB.define(_schema)
+
+for _ops in MODULES.values():
+    for _name, _schema in _ops.items():
+        LIB.define(_name + _schema)
