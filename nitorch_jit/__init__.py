@@ -1,2 +1,20 @@
-"""nitorch_jit: spline resampling and friends, compiled on first use, with a pure-PyTorch twin."""
+"""nitorch_jit: spline resampling and friends, compiled on first use, with a pure-PyTorch twin.
+
+``nitorch_jit.compiled_backend`` is 'C', 'TORCH' or 'MONAI'; reading it builds or loads the
+core module for the CPU, so it tells the truth.
+"""
 __version__ = "0.1.0"
+
+from .ops.pushpull import (  # noqa: E402
+    affine_grid, count, grid_count, grid_grad, grid_pull, grid_push, identity_grid, pull, push,
+)
+
+__all__ = ["affine_grid", "compiled_backend", "count", "grid_count", "grid_grad", "grid_pull",
+           "grid_push", "identity_grid", "pull", "push"]
+
+
+def __getattr__(name):
+    if name == "compiled_backend":
+        from . import backend
+        return backend.ensure("pushpull", "cpu")
+    raise AttributeError(f"module 'nitorch_jit' has no attribute {name!r}")

@@ -1,0 +1,147 @@
+"""Which kernels serve each op: compiled (C), pure PyTorch (TORCH) or MONAI.
+
+Chosen once per (module, device type) in a process, on the first call that needs it:
+``NI_COMPILED_BACKEND`` = C (compiled; errors raise), TORCH (alias TS) or MONAI; unset means C
+when it can be built, else TORCH with one warning saying why. Never a silent fallback.
+"""
+import os
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+from . import jit
+from .jit import toolchain
+from .ops.library import MODULES
+
+_PKG = Path(__file__).resolve().parent
+# installed wheel: nitorch_jit/csrc; source checkout / editable install: <repo>/csrc
+CSRC = _PKG / "csrc" if (_PKG / "csrc" / "include").is_dir() else _PKG.parent / "csrc"
+
+BACKENDS = ("C", "TORCH", "MONAI")
+_ALIASES = {"C": "C", "TORCH": "TORCH", "TS": "TORCH", "MONAI": "MONAI"}
+
+_LOCK = threading.RLock()
+_STATE = {}    # (module, device type) -> (backend, reason)
+_WARNED = set()
+_TORCH_LIB = None  # Library("nitorch_jit", "IMPL") holding the pure-PyTorch registrations
+
+
+class BackendError(RuntimeError):
+    """The requested backend cannot serve this call."""
+
+
+def requested():
+    """The backend asked for by NI_COMPILED_BACKEND, or None when unset."""
+    value = os.environ.get("NI_COMPILED_BACKEND", "").strip()
+    if not value:
+        return None
+    if value.upper() not in _ALIASES:
+        raise BackendError(f"NI_COMPILED_BACKEND={value!r} is not one of C, TORCH (or TS), MONAI")
+    return _ALIASES[value.upper()]
+
+
+def module_spec(module, device_type, archs=None):
+    """Describe the library of `module` for `device_type` ('cpu' or 'cuda')."""
+    folder = CSRC / module
+    if not folder.is_dir():
+        raise BackendError(f"no sources for module {module!r} in {CSRC}")
+    if device_type == "cpu":
+        sources = sorted(folder.glob("*.cpp"))
+        omp = toolchain.openmp_flags()
+        return jit.ModuleSpec(module, "cpu", sources, [CSRC / "include", folder],
+                              cflags=["-O3", "-std=c++17"] + omp, ldflags=list(omp))
+    if device_type == "cuda":
+        if not toolchain.cuda_enabled():
+            raise toolchain.ToolchainError("CUDA builds are off (NI_USE_CUDA=0)")
+        sources = sorted(folder.glob("*.cu"))
+        if not sources:
+            raise BackendError(f"module {module!r} has no CUDA sources yet")
+        archs = toolchain.parse_arch_list(archs)
+        return jit.ModuleSpec(module, "cuda", sources, [CSRC / "include", folder],
+                              cflags=["-O3", "-std=c++17"],
+                              cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr"]
+                              + toolchain.arch_flags(archs),
+                              archs=archs)
+    raise BackendError(f"no compiled kernels for device type {device_type!r}")
+
+
+def load_module(module, device_type, archs=None):
+    """Build (if needed) and load the compiled library of `module`; return its path."""
+    if device_type == "cuda":
+        home, _ = toolchain.find_cuda_home()
+        toolchain.check_cuda_versions(toolchain.nvcc_version(home), torch.version.cuda)
+    return jit.load(module_spec(module, device_type, archs))
+
+
+def _register_torch(module, device_type):
+    global _TORCH_LIB
+    from . import torch_impl
+    if _TORCH_LIB is None:
+        _TORCH_LIB = torch.library.Library("nitorch_jit", "IMPL")
+    key = {"cpu": "CPU", "cuda": "CUDA"}.get(device_type)
+    if key is None:
+        raise BackendError(f"nitorch_jit has no kernels for device type {device_type!r}")
+    for op in MODULES[module]:
+        _TORCH_LIB.impl(op, torch_impl.KERNELS[op], key)
+
+
+def _fallback_warning(device_type, err):
+    if device_type in _WARNED:
+        return
+    _WARNED.add(device_type)
+    warnings.warn(
+        f"nitorch_jit: compiled kernels are unavailable on {device_type.upper()}, so the "
+        f"pure-PyTorch backend is used there (correct but several times slower). Why: {err} "
+        f"Fix that and restart Python to use the compiled kernels, or set "
+        f"NI_COMPILED_BACKEND=TORCH to choose the pure-PyTorch backend and silence this warning "
+        f"('nitorch-jit info' explains what it finds).", RuntimeWarning, stacklevel=4)
+
+
+def ensure(module, device):
+    """Make sure kernels of `module` are registered for `device`; return 'C'/'TORCH'/'MONAI'.
+
+    Cheap after the first call. The first call may compile (progress goes to stderr).
+    """
+    device_type = torch.device(device).type
+    state = _STATE.get((module, device_type))
+    if state is not None:
+        return state[0]
+    if device_type == "meta":
+        return "C"
+    with _LOCK:
+        state = _STATE.get((module, device_type))
+        if state is not None:
+            return state[0]
+        want = requested()
+        if want == "MONAI":
+            raise BackendError(
+                "NI_COMPILED_BACKEND=MONAI: the MONAI backend is not available in this version of "
+                "nitorch_jit; use C or TORCH")
+        if want == "TORCH":
+            _register_torch(module, device_type)
+            state = ("TORCH", "NI_COMPILED_BACKEND=TORCH")
+        else:
+            try:
+                path = load_module(module, device_type)
+                state = ("C", f"compiled library {path}")
+            except (toolchain.ToolchainError, jit.BuildError, jit.CacheError, BackendError) as err:
+                if want == "C":
+                    raise BackendError(
+                        f"NI_COMPILED_BACKEND=C but module {module!r} cannot be compiled for "
+                        f"{device_type.upper()}: {err}") from err
+                _fallback_warning(device_type, err)
+                _register_torch(module, device_type)
+                state = ("TORCH", f"fallback: {err}")
+        _STATE[(module, device_type)] = state
+        if os.environ.get("NI_SHOW_COMPILED_BACKEND", "0") not in ("", "0"):
+            print(f"nitorch_jit: COMPILED_BACKEND for {module} on {device_type.upper()}: "
+                  f"{state[0]} ({state[1]})", file=sys.stderr)
+        return state[0]
+
+
+def status():
+    """{(module, device type): (backend, reason)} for what this process has loaded so far."""
+    return dict(_STATE)

@@ -1,0 +1,293 @@
+"""Spline resampling: grid_pull, grid_push, grid_count, grid_grad (NITorch / torch-interpol API).
+
+Images are ``[*batch, C, *spatial]``, grids ``[*batch, *out, D]`` in voxel coordinates (channel
+last, ``grid[..., d]`` indexes spatial dim ``d``). Batch dims broadcast. The kernels behind
+``torch.ops.nitorch_jit.*`` are chosen by nitorch_jit.backend; autograd and fake (meta) kernels
+are registered here, so the ops work under ``torch.compile(fullgraph=True)``.
+"""
+import math
+
+import torch
+
+from .. import backend
+from . import library  # noqa: F401  (defines the schemas)
+from .options import bound_codes, check_tensor, order_codes
+
+_ops = torch.ops.nitorch_jit
+_MODULE = "pushpull"
+_HALF = (torch.float16, torch.bfloat16)
+
+try:
+    _is_compiling = torch.compiler.is_compiling
+except AttributeError:  # torch < 2.3
+    _is_compiling = torch._dynamo.is_compiling
+
+
+def _ensure(device):
+    # Under torch.compile the fake kernels below do this at trace time instead.
+    if not _is_compiling():
+        backend.ensure(_MODULE, device)
+
+
+# ----------------------------------------------------------------------------- fake kernels
+def _fake_pull(input, grid, order, bound, extrapolate):
+    backend.ensure(_MODULE, input.device)  # load the real kernels while tracing
+    return input.new_empty([input.shape[0], input.shape[1], *grid.shape[1:-1]])
+
+
+def _fake_push(input, grid, shape, order, bound, extrapolate):
+    backend.ensure(_MODULE, input.device)
+    return input.new_empty([input.shape[0], input.shape[1], *shape])
+
+
+def _fake_grad(input, grid, order, bound, extrapolate):
+    backend.ensure(_MODULE, input.device)
+    return input.new_empty([input.shape[0], input.shape[1], *grid.shape[1:]])
+
+
+def _fake_dot(weight, input, grid, order, bound, extrapolate):
+    backend.ensure(_MODULE, input.device)
+    return grid.new_empty(grid.shape)
+
+
+for _name, _fn in [("grid_pull", _fake_pull), ("grid_push", _fake_push),
+                   ("grid_grad", _fake_grad), ("grid_pushgrad", _fake_push),
+                   ("grid_grad_dot", _fake_dot), ("grid_hess_dot", _fake_dot)]:
+    torch.library.register_fake(f"nitorch_jit::{_name}", _fn)
+
+
+# ----------------------------------------------------------------------------- autograd
+# Each op's gradient is another op of the family: pull <-> push, grad <-> pushgrad, and the
+# grid gradients contract the spline derivatives (grad_dot) or second derivatives (hess_dot).
+def _setup(ctx, inputs, output):
+    first, grid = inputs[0], inputs[1]
+    ctx.opts = inputs[-3:]  # order, bound, extrapolate
+    ctx.save_for_backward(first, grid)
+
+
+def _pull_backward(ctx, grad):
+    input, grid = ctx.saved_tensors
+    gi = gg = None
+    if ctx.needs_input_grad[0]:
+        gi = _ops.grid_push(grad, grid, list(input.shape[2:]), *ctx.opts)
+    if ctx.needs_input_grad[1]:
+        gg = _ops.grid_grad_dot(grad, input, grid, *ctx.opts)
+    return gi, gg, None, None, None
+
+
+def _push_backward(ctx, grad):
+    input, grid = ctx.saved_tensors
+    gi = gg = None
+    if ctx.needs_input_grad[0]:
+        gi = _ops.grid_pull(grad, grid, *ctx.opts)
+    if ctx.needs_input_grad[1]:
+        gg = _ops.grid_grad_dot(input, grad, grid, *ctx.opts)
+    return gi, gg, None, None, None, None
+
+
+def _grad_backward(ctx, grad):
+    input, grid = ctx.saved_tensors
+    gi = gg = None
+    if ctx.needs_input_grad[0]:
+        gi = _ops.grid_pushgrad(grad, grid, list(input.shape[2:]), *ctx.opts)
+    if ctx.needs_input_grad[1]:
+        gg = _ops.grid_hess_dot(grad, input, grid, *ctx.opts)
+    return gi, gg, None, None, None
+
+
+def _pushgrad_backward(ctx, grad):
+    input, grid = ctx.saved_tensors
+    gi = gg = None
+    if ctx.needs_input_grad[0]:
+        gi = _ops.grid_grad(grad, grid, *ctx.opts)
+    if ctx.needs_input_grad[1]:
+        gg = _ops.grid_hess_dot(input, grad, grid, *ctx.opts)
+    return gi, gg, None, None, None, None
+
+
+for _name, _fn in [("grid_pull", _pull_backward), ("grid_push", _push_backward),
+                   ("grid_grad", _grad_backward), ("grid_pushgrad", _pushgrad_backward)]:
+    torch.library.register_autograd(f"nitorch_jit::{_name}", _fn, setup_context=_setup)
+
+
+# ----------------------------------------------------------------------------- arguments
+def _grid_dim(grid):
+    check_tensor(grid, "grid")
+    if grid.dim() < 2:
+        raise ValueError(f"grid: expected shape [*batch, *spatial, D], got {tuple(grid.shape)}")
+    dim = grid.shape[-1]
+    if dim not in (1, 2, 3):
+        raise ValueError(f"grid: the last dimension holds the D = 1, 2 or 3 coordinates of "
+                         f"each point, got {dim} (shape {tuple(grid.shape)})")
+    if grid.dim() < dim + 1:
+        raise ValueError(f"grid: expected shape [*batch, *spatial({dim} dims), {dim}], "
+                         f"got {tuple(grid.shape)}")
+    return dim
+
+
+def _check_input(input, dim, grid, argname="input", label_ok=False):
+    check_tensor(input, argname, floating=False)
+    if not (input.is_floating_point() or (label_ok and not input.is_complex()
+                                          and input.dtype != torch.bool)):
+        raise TypeError(f"{argname}: expected a floating-point tensor, got {input.dtype}")
+    if input.dim() < dim + 1:
+        raise ValueError(f"{argname}: expected shape [*batch, C, *spatial] with {dim} spatial "
+                         f"dims (grid has D = {dim}), got {tuple(input.shape)}")
+    if input.device != grid.device:
+        raise ValueError(f"{argname} is on {input.device} but grid is on {grid.device}")
+    if input.is_floating_point() and input.dtype != grid.dtype \
+            and not (input.dtype in _HALF or grid.dtype in _HALF):
+        raise TypeError(f"{argname} is {input.dtype} but grid is {grid.dtype}; use the same dtype")
+
+
+def _flatten_batch(x, xbatch, batch):
+    """[*xbatch, *core] -> [prod(batch), *core] with no copy when x has no batch of its own."""
+    core = x.shape[len(xbatch):]
+    n = math.prod(batch)
+    if all(s == 1 for s in xbatch):
+        return x.reshape((1,) + tuple(core)).expand((n,) + tuple(core))
+    return x.expand(tuple(batch) + tuple(core)).reshape((n,) + tuple(core))
+
+
+def _prepare(input, grid, dim, input_core):
+    """Broadcast batch dims; return flattened input, grid, the batch shape and the dtype."""
+    ibatch = input.shape[:input.dim() - input_core]
+    gbatch = grid.shape[:grid.dim() - dim - 1]
+    try:
+        batch = torch.broadcast_shapes(ibatch, gbatch)
+    except RuntimeError:
+        raise ValueError(f"input batch dims {tuple(ibatch)} and grid batch dims "
+                         f"{tuple(gbatch)} do not broadcast") from None
+    out_dtype = input.dtype
+    if input.dtype in _HALF or grid.dtype in _HALF:  # computed in float32, cast back
+        input, grid = input.float(), grid.float()
+        out_dtype = out_dtype if out_dtype in _HALF else torch.float32
+    return _flatten_batch(input, ibatch, batch), _flatten_batch(grid, gbatch, batch), batch, out_dtype
+
+
+def _options(dim, interpolation, bound, extrapolate):
+    if not isinstance(extrapolate, (bool, int)):
+        raise TypeError(f"extrapolate: expected True or False, got {extrapolate!r}")
+    return order_codes(interpolation, dim), bound_codes(bound, dim), bool(extrapolate)
+
+
+def _shape_arg(shape, dim, default):
+    if shape is None:
+        return list(default)
+    if isinstance(shape, torch.Size):
+        shape = list(shape)
+    if isinstance(shape, int):
+        shape = [shape]
+    try:
+        shape = [int(s) for s in shape]
+    except (TypeError, ValueError):
+        raise TypeError(f"shape: expected a list of {dim} ints, got {shape!r}") from None
+    if len(shape) != dim or any(s <= 0 for s in shape):
+        raise ValueError(f"shape: expected {dim} positive sizes, got {shape}")
+    return shape
+
+
+def _no_prefilter(prefilter):
+    if prefilter:
+        raise NotImplementedError("prefilter=True needs spline_coeff, which comes with the spline "
+                                  "prefilter issue; apply your own prefilter and pass prefilter=False")
+
+
+# ----------------------------------------------------------------------------- public API
+def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=False,
+              prefilter=False):
+    """Sample `input` [*batch, C, *in] at the voxel coordinates `grid` [*batch, *out, D].
+
+    Returns [*batch, C, *out]. Integer inputs are treated as label maps: each label is pulled
+    as a mask and the most likely label is kept.
+    """
+    dim = _grid_dim(grid)
+    _check_input(input, dim, grid, label_ok=True)
+    if not input.is_floating_point():
+        return _pull_labels(input, grid, interpolation, bound, extrapolate, prefilter)
+    opts = _options(dim, interpolation, bound, extrapolate)
+    _no_prefilter(prefilter)
+    x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
+    _ensure(x.device)
+    out = _ops.grid_pull(x, g, *opts)
+    return out.reshape(batch + out.shape[1:]).to(dtype)
+
+
+def _pull_labels(input, grid, interpolation, bound, extrapolate, prefilter):
+    labels = torch.unique(input)
+    best = out = None
+    for label in labels:
+        w = grid_pull((input == label).to(grid.dtype), grid, interpolation, bound,
+                      extrapolate, prefilter)
+        if out is None:
+            best, out = w, torch.full_like(w, label.item(), dtype=input.dtype)
+        else:
+            better = w > best
+            out = torch.where(better, label.to(input.dtype), out)
+            best = torch.where(better, w, best)
+    return out
+
+
+def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", extrapolate=False,
+              prefilter=False):
+    """Splat `input` [*batch, C, *out] at `grid` [*batch, *out, D] into [*batch, C, *shape]
+    (the adjoint of grid_pull)."""
+    dim = _grid_dim(grid)
+    _check_input(input, dim, grid)
+    if tuple(input.shape[-dim:]) != tuple(grid.shape[-dim - 1:-1]):
+        raise ValueError(f"input: its spatial shape {tuple(input.shape[-dim:])} must equal the "
+                         f"grid's {tuple(grid.shape[-dim - 1:-1])}")
+    shape = _shape_arg(shape, dim, input.shape[-dim:])
+    opts = _options(dim, interpolation, bound, extrapolate)
+    _no_prefilter(prefilter)
+    x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
+    _ensure(x.device)
+    out = _ops.grid_push(x, g, shape, *opts)
+    return out.reshape(batch + out.shape[1:]).to(dtype)
+
+
+def grid_count(grid, shape=None, interpolation="linear", bound="zero", extrapolate=False):
+    """How much each voxel of a [*batch, 1, *shape] image receives when pushing ones."""
+    dim = _grid_dim(grid)
+    ones = grid.new_ones(()).expand(grid.shape[:-dim - 1] + (1,) + grid.shape[-dim - 1:-1])
+    return grid_push(ones, grid, shape, interpolation, bound, extrapolate)
+
+
+def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=False,
+              prefilter=False):
+    """Spatial gradient of the spline-interpolated `input` at `grid`: [*batch, C, *out, D]."""
+    dim = _grid_dim(grid)
+    _check_input(input, dim, grid)
+    opts = _options(dim, interpolation, bound, extrapolate)
+    _no_prefilter(prefilter)
+    x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
+    _ensure(x.device)
+    out = _ops.grid_grad(x, g, *opts)
+    return out.reshape(batch + out.shape[1:]).to(dtype)
+
+
+pull, push, count = grid_pull, grid_push, grid_count
+
+
+def identity_grid(shape, dtype=None, device=None):
+    """Voxel coordinates of every voxel of `shape`: [*shape, len(shape)]."""
+    shape = [int(s) for s in shape]
+    dtype = dtype or torch.get_default_dtype()
+    axes = [torch.arange(s, dtype=dtype, device=device) for s in shape]
+    return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
+
+
+def affine_grid(mat, shape):
+    """Grid of `mat` [*batch, D+1, D+1] (or [*batch, D, D+1]) applied to the voxels of `shape`:
+    [*batch, *shape, D]."""
+    check_tensor(mat, "mat")
+    dim = len(shape)
+    if mat.dim() < 2 or mat.shape[-1] != dim + 1 or mat.shape[-2] not in (dim, dim + 1):
+        raise ValueError(f"mat: expected [*batch, {dim + 1}, {dim + 1}] or [*batch, {dim}, "
+                         f"{dim + 1}] for a {dim}-D shape, got {tuple(mat.shape)}")
+    lin, off = mat[..., :dim, :dim], mat[..., :dim, dim]
+    grid = identity_grid(shape, mat.dtype, mat.device)
+    batch = mat.shape[:-2]
+    lin = lin.reshape(batch + (1,) * dim + (dim, dim))
+    off = off.reshape(batch + (1,) * dim + (dim,))
+    return torch.matmul(lin, grid.unsqueeze(-1)).squeeze(-1) + off
