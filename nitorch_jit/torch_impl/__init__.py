@@ -1,0 +1,10 @@
+"""Portable pure-PyTorch kernels (the TORCH backend).
+
+``KERNELS`` maps an op name of the ``nitorch_jit`` namespace to its function; it is the
+plain merge of the per-module ``KERNELS`` dicts.
+"""
+from . import pushpull
+
+KERNELS = {
+    **pushpull.KERNELS,
+}

@@ -1,0 +1,298 @@
+"""Pure-PyTorch spline push/pull: the TORCH backend of the ``pushpull`` ops.
+
+The contract is docs/pushpull-spec.md; signatures follow nitorch_jit/ops/library.py.
+
+Formulation: for each spatial dim, the tap indices (folded by the bound, times the dim's
+stride in the flattened volume) and the tap weights and derivatives (with the bound's sign
+folded in) are computed once, vectorised over all points. The taps of the D dims are then
+combined one multi-dim tap at a time (nested loops over the taps of each dim, partial
+products kept per level), so nothing of size points x (all taps) is ever built: each
+multi-dim tap is one ``gather`` (pull side) or one ``scatter_add_`` (push side) on the
+flattened volume, accumulated in place. Loops run over dims and taps only (Python ints),
+never over points or tensor values, so ``torch.compile(fullgraph=True)`` traces it whole.
+
+Points that are out of range (extrapolate=False) or have a non-finite coordinate are
+masked with ``torch.where`` on the per-point output (pull side) or per-point input (push
+side); their coordinate is replaced by 0 beforehand so that every index stays valid.
+"""
+import torch
+
+from .bounds import fold
+from .splines import mul, spline_taps
+
+TOL = 0.05  # extrapolate=False: a point is in range iff -TOL <= x <= n - 1 + TOL
+
+
+def _spatial_strides(shape):
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc = acc * n
+    return strides[::-1], acc
+
+
+def _prepare(grid, shape, order, bound, extrapolate, nderiv):
+    """Per-dim taps and the point mask.
+
+    Returns ``(dims, mask)``: ``dims[d]`` a list over taps of ``(lin, weights)`` with ``lin``
+    the int64 offset ``j * stride_d`` [B, P] and ``weights[a]`` the a-th derivative of the
+    signed tap weight ([B, P] tensor, Python float, or None for zero); ``mask`` a bool
+    tensor [B, P], True where the point contributes.
+    """
+    B, D = grid.shape[0], grid.shape[-1]
+    g = grid.reshape(B, -1, D)
+    strides, _ = _spatial_strides(shape)
+    if len(order) != D or len(bound) != D or len(shape) != D:
+        raise ValueError("order, bound and shape need one entry per spatial dim")
+    mask = None
+    dims = []
+    for d in range(D):
+        n, o, b, stride = shape[d], int(order[d]), int(bound[d]), strides[d]
+        x = g[:, :, d]
+        if extrapolate:
+            ok = torch.isfinite(x)
+        else:
+            ok = (x >= -TOL) & (x <= (n - 1) + TOL)  # False for NaN and +-inf
+        mask = ok if mask is None else mask & ok
+        x = torch.where(ok, x, 0)
+        i0, ws = spline_taps(x, o, nderiv)
+        taps = []
+        for k in range(o + 1):
+            j, s = fold(i0 + k if k else i0, n, b)
+            lin = j * stride if stride != 1 else j
+            wk = [ws[a][k] for a in range(nderiv + 1)]
+            if s is not None:
+                s = s.to(grid.dtype)
+                wk = [mul(w, s) for w in wk]
+            taps.append((lin, wk))
+        dims.append(taps)
+    return dims, mask
+
+
+def _for_each_tap(dims, needed, visit):
+    """Call ``visit(lin, prods)`` for every multi-dim tap.
+
+    ``needed``: derivative multi-indices (tuples of length D, entries 0-2); ``prods[alpha]``
+    is prod_d (d^alpha_d w_d) for the tap, present only when not identically zero. Taps
+    where every needed product is zero are skipped.
+    """
+    D = len(dims)
+    prefixes = [{a[:d] for a in needed} for d in range(D + 1)]
+
+    def rec(d, lin, prods):
+        if d == D:
+            visit(lin, prods)
+            return
+        for lin_k, wk in dims[d]:
+            new = {}
+            for pre, p in prods.items():
+                for a, w in enumerate(wk):
+                    key = pre + (a,)
+                    if key in prefixes[d + 1]:
+                        v = mul(p, w)
+                        if v is not None:
+                            new[key] = v
+            if new:
+                rec(d + 1, lin_k if lin is None else lin + lin_k, new)
+
+    rec(0, None, {(): 1.0})
+
+
+def _unit(D, *ds):
+    a = [0] * D
+    for d in ds:
+        a[d] += 1
+    return tuple(a)
+
+
+def _acc(out, val, w):
+    """out += val * w, w a [B, P] tensor (broadcast over channels) or a Python float."""
+    if isinstance(w, torch.Tensor):
+        out.addcmul_(val, w.unsqueeze(1))
+    else:
+        out.add_(val, alpha=w)
+
+
+def _scaled(val, w):
+    return val * w.unsqueeze(1) if isinstance(w, torch.Tensor) else val * w
+
+
+def _check(input, grid, nspatial):
+    D = grid.shape[-1]
+    if D not in (1, 2, 3):
+        raise ValueError(f"grid.size(-1) must be 1, 2 or 3, got {D}")
+    if grid.dim() != D + 2 or input.dim() != nspatial + 2:
+        raise ValueError("expected input [B, C, *spatial] and grid [B, *spatial, D]")
+    if input.shape[0] != grid.shape[0]:
+        raise ValueError("input and grid must have the same batch size")
+    return D
+
+
+def grid_pull(input, grid, order, bound, extrapolate):
+    """out[b, c, *O] = sum over taps of the spline weight times the folded input."""
+    D = _check(input, grid, grid.shape[-1])
+    B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
+    out = input.new_zeros([B, C, *O])
+    if out.numel() == 0 or input.numel() == 0:
+        return out
+    dims, mask = _prepare(grid, S, order, bound, extrapolate, 0)
+    inp = input.reshape(B, C, -1)
+    acc = out.view(B, C, -1)
+    P = acc.shape[-1]
+    zero = _unit(D)
+
+    def visit(lin, prods):
+        val = torch.gather(inp, 2, lin.unsqueeze(1).expand(B, C, P))
+        _acc(acc, val, prods[zero])
+
+    _for_each_tap(dims, [zero], visit)
+    return torch.where(mask.reshape(B, 1, *O), out, 0)
+
+
+def grid_grad(input, grid, order, bound, extrapolate):
+    """out[b, c, *O, d] = spatial gradient of the interpolated input along dim d."""
+    D = _check(input, grid, grid.shape[-1])
+    B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
+    out = input.new_zeros([D, B, C, *O])
+    if out.numel() == 0 or input.numel() == 0:
+        return out.movedim(0, -1).contiguous()
+    dims, mask = _prepare(grid, S, order, bound, extrapolate, 1)
+    inp = input.reshape(B, C, -1)
+    acc = out.view(D, B, C, -1)
+    P = acc.shape[-1]
+    units = [_unit(D, d) for d in range(D)]
+
+    def visit(lin, prods):
+        val = torch.gather(inp, 2, lin.unsqueeze(1).expand(B, C, P))
+        for d in range(D):
+            if units[d] in prods:
+                _acc(acc[d], val, prods[units[d]])
+
+    _for_each_tap(dims, units, visit)
+    out = torch.where(mask.reshape(1, B, 1, *O), out, 0)
+    return out.movedim(0, -1).contiguous()
+
+
+def grid_push(input, grid, shape, order, bound, extrapolate):
+    """Adjoint of grid_pull: out[b, c, *shape] accumulates weight * input[b, c, point]."""
+    D = _check(input, grid, grid.shape[-1])
+    shape = [int(n) for n in shape]
+    B, C, O = input.shape[0], input.shape[1], grid.shape[1:-1]
+    out = input.new_zeros([B, C, *shape])
+    if out.numel() == 0 or input.numel() == 0:
+        return out
+    dims, mask = _prepare(grid, shape, order, bound, extrapolate, 0)
+    inp = torch.where(mask.reshape(B, 1, *O), input, 0).reshape(B, C, -1)
+    acc = out.view(B, C, -1)
+    P = inp.shape[-1]
+    zero = _unit(D)
+
+    def visit(lin, prods):
+        acc.scatter_add_(2, lin.unsqueeze(1).expand(B, C, P), _scaled(inp, prods[zero]))
+
+    _for_each_tap(dims, [zero], visit)
+    return out
+
+
+def grid_pushgrad(input, grid, shape, order, bound, extrapolate):
+    """Adjoint of grid_grad: input [B, C, *O, D] -> out [B, C, *shape]."""
+    D = grid.shape[-1]
+    if input.dim() != D + 3 or input.shape[-1] != D:
+        raise ValueError("grid_pushgrad expects input [B, C, *O, D]")
+    _check(input[..., 0], grid, D)
+    shape = [int(n) for n in shape]
+    B, C, O = input.shape[0], input.shape[1], grid.shape[1:-1]
+    out = input.new_zeros([B, C, *shape])
+    if out.numel() == 0 or input.numel() == 0:
+        return out
+    dims, mask = _prepare(grid, shape, order, bound, extrapolate, 1)
+    inp = torch.where(mask.reshape(B, 1, *O, 1), input, 0).reshape(B, C, -1, D)
+    comps = [inp[..., d] for d in range(D)]
+    acc = out.view(B, C, -1)
+    P = inp.shape[2]
+    units = [_unit(D, d) for d in range(D)]
+
+    def visit(lin, prods):
+        val = None
+        for d in range(D):
+            if units[d] in prods:
+                term = _scaled(comps[d], prods[units[d]])
+                val = term if val is None else val + term
+        acc.scatter_add_(2, lin.unsqueeze(1).expand(B, C, P), val)
+
+    _for_each_tap(dims, units, visit)
+    return out
+
+
+def grid_grad_dot(weight, input, grid, order, bound, extrapolate):
+    """out[b, *O, d] = sum_c weight[b, c, *O] * grid_grad(input)[b, c, *O, d]."""
+    D = _check(input, grid, grid.shape[-1])
+    B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
+    out = input.new_zeros([D, B, *O])
+    if out.numel() == 0 or input.numel() == 0:
+        return out.movedim(0, -1).contiguous()
+    dims, mask = _prepare(grid, S, order, bound, extrapolate, 1)
+    inp = input.reshape(B, C, -1)
+    wgt = weight.expand(B, C, *O).reshape(B, C, -1)
+    acc = out.view(D, B, -1)
+    P = acc.shape[-1]
+    units = [_unit(D, d) for d in range(D)]
+
+    def visit(lin, prods):
+        val = torch.gather(inp, 2, lin.unsqueeze(1).expand(B, C, P))
+        val = (val * wgt).sum(1)
+        for d in range(D):
+            if units[d] in prods:
+                w = prods[units[d]]
+                if isinstance(w, torch.Tensor):
+                    acc[d].addcmul_(val, w)
+                else:
+                    acc[d].add_(val, alpha=w)
+
+    _for_each_tap(dims, units, visit)
+    out = torch.where(mask.reshape(1, B, *O), out, 0)
+    return out.movedim(0, -1).contiguous()
+
+
+def grid_hess_dot(weight, input, grid, order, bound, extrapolate):
+    """out[b, *O, e] = sum_c sum_d weight[b, c, *O, d] * H[b, c, *O, d, e] (H: spatial Hessian)."""
+    D = _check(input, grid, grid.shape[-1])
+    B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
+    out = input.new_zeros([D, B, *O])
+    if out.numel() == 0 or input.numel() == 0:
+        return out.movedim(0, -1).contiguous()
+    dims, mask = _prepare(grid, S, order, bound, extrapolate, 2)
+    inp = input.reshape(B, C, -1)
+    wgt = weight.expand(B, C, *O, D).reshape(B, C, -1, D)
+    wgts = [wgt[..., d] for d in range(D)]
+    acc = out.view(D, B, -1)
+    P = acc.shape[-1]
+    pairs = {(d, e): _unit(D, d, e) for d in range(D) for e in range(D)}
+
+    def visit(lin, prods):
+        val = torch.gather(inp, 2, lin.unsqueeze(1).expand(B, C, P))
+        q = {}  # q[d] = sum_c weight[:, c, :, d] * val[:, c, :], computed once if needed
+        for (d, e), alpha in pairs.items():
+            if alpha not in prods:
+                continue
+            if d not in q:
+                q[d] = (val * wgts[d]).sum(1)
+            w = prods[alpha]
+            if isinstance(w, torch.Tensor):
+                acc[e].addcmul_(q[d], w)
+            else:
+                acc[e].add_(q[d], alpha=w)
+
+    _for_each_tap(dims, sorted(set(pairs.values())), visit)
+    out = torch.where(mask.reshape(1, B, *O), out, 0)
+    return out.movedim(0, -1).contiguous()
+
+
+KERNELS = {
+    "grid_pull": grid_pull,
+    "grid_push": grid_push,
+    "grid_grad": grid_grad,
+    "grid_pushgrad": grid_pushgrad,
+    "grid_grad_dot": grid_grad_dot,
+    "grid_hess_dot": grid_hess_dot,
+}
