@@ -20,6 +20,12 @@ MODULES = {
         "grid_grad_dot": "(Tensor weight, Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
         "grid_hess_dot": "(Tensor weight, Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
     },
+    # interpolating B-spline coefficients (the spline prefilter), filtered along each dim of
+    # `dim` with order[i] / bound[i]; adjoint=True applies the transposed filter.
+    "splinc": {
+        "spline_coeff_nd": "(Tensor input, int[] order, int[] bound, int[] dim, bool adjoint) -> Tensor",
+        "spline_coeff_nd_": "(Tensor(a!) input, int[] order, int[] bound, int[] dim, bool adjoint) -> ()",
+    },
 }
 
 

@@ -3,8 +3,9 @@
 ``KERNELS`` maps an op name of the ``nitorch_jit`` namespace to its function; it is the
 plain merge of the per-module ``KERNELS`` dicts.
 """
-from . import pushpull
+from . import pushpull, splinc
 
 KERNELS = {
     **pushpull.KERNELS,
+    **splinc.KERNELS,
 }

@@ -1,0 +1,156 @@
+"""Interpolating B-spline coefficients (the spline prefilter): spline_coeff, spline_coeff_nd.
+
+Pulling the coefficients with the same order and bound at integer coordinates gives back the
+input. The filter is the exact recursive one (Unser 1993; Thevenaz, Blu & Unser 2000) for
+orders 0-7 and the bounds dct1 (mirror), dct2 (reflect), dst1, dst2 and dft (wrap); zero is
+filtered as dct1 and replicate as dct2 (as in NITorch). The kernels behind
+``torch.ops.nitorch_jit.spline_coeff_nd(_)`` are chosen by nitorch_jit.backend; autograd (the
+adjoint filter) and fake kernels are registered here.
+"""
+import torch
+
+from .. import backend
+from . import library  # noqa: F401  (defines the schemas)
+from .options import bound_codes, check_tensor, order_codes
+
+_ops = torch.ops.nitorch_jit
+_MODULE = "splinc"
+_HALF = (torch.float16, torch.bfloat16)
+
+try:
+    _is_compiling = torch.compiler.is_compiling
+except AttributeError:  # torch < 2.3
+    _is_compiling = torch._dynamo.is_compiling
+
+
+def _ensure(device):
+    # Under torch.compile the fake kernels below do this at trace time instead.
+    if not _is_compiling():
+        backend.ensure(_MODULE, device)
+
+
+# ----------------------------------------------------------------------------- fake kernels
+@torch.library.register_fake("nitorch_jit::spline_coeff_nd")
+def _fake(input, order, bound, dim, adjoint):
+    backend.ensure(_MODULE, input.device)  # load the real kernels while tracing
+    return input.new_empty(input.shape)
+
+
+@torch.library.register_fake("nitorch_jit::spline_coeff_nd_")
+def _fake_(input, order, bound, dim, adjoint):
+    backend.ensure(_MODULE, input.device)
+
+
+# ----------------------------------------------------------------------------- autograd
+def _setup(ctx, inputs, output):
+    ctx.opts = inputs[1:]  # order, bound, dim, adjoint
+
+
+def _backward(ctx, grad):
+    order, bound, dim, adjoint = ctx.opts
+    return _ops.spline_coeff_nd(grad, order, bound, dim, not adjoint), None, None, None, None
+
+
+torch.library.register_autograd("nitorch_jit::spline_coeff_nd", _backward, setup_context=_setup)
+
+
+# ----------------------------------------------------------------------------- internal entry
+def prefilter(input, order, bound, adjoint=False):
+    """Spline coefficients of `input` [..., *spatial] along its last len(order) dims.
+
+    `order` and `bound` are lists of kernel codes (already parsed, one per spatial dim), as
+    grid_pull / grid_grad (before sampling) and grid_push (after splatting) hold them.
+    Returns a new tensor; differentiable.
+    """
+    ndim = len(order)
+    dims = list(range(input.dim() - ndim, input.dim()))
+    return _run(input, list(order), list(bound), dims, adjoint, inplace=False)
+
+
+def _run(input, order, bound, dims, adjoint, inplace):
+    if all(o < 2 for o in order):  # orders 0 and 1 interpolate already
+        return input if inplace else input.clone()
+    dtype = input.dtype
+    x = input.float() if dtype in _HALF else input
+    _ensure(x.device)
+    grad = torch.is_grad_enabled() and x.requires_grad
+    if inplace and not grad and x is input and all(
+            s < 2 or st != 0 for s, st in zip(x.shape, x.stride())):
+        _ops.spline_coeff_nd_(x, order, bound, dims, adjoint)
+        return input
+    out = _ops.spline_coeff_nd(x, order, bound, dims, adjoint)
+    if inplace:
+        return input.copy_(out)
+    return out.to(dtype)
+
+
+def _check(input):
+    check_tensor(input, "input", floating=False)
+    if not input.is_floating_point():
+        raise TypeError(f"input: expected a floating-point tensor, got {input.dtype}")
+    if input.is_complex():
+        raise TypeError("input: complex tensors are not supported")
+
+
+def _check_inplace(inplace):
+    if not isinstance(inplace, bool):
+        raise TypeError(f"inplace: expected True or False, got {inplace!r}")
+
+
+# ----------------------------------------------------------------------------- public API
+def spline_coeff(input, interpolation="linear", bound="dct2", dim=-1, inplace=False):
+    """Interpolating B-spline coefficients of `input` along one dimension.
+
+    Parameters
+    ----------
+    input : tensor (float32, float64, or half types computed in float32)
+    interpolation : int or str, spline order 0..7 or its name ('linear', 'cubic', ...)
+    bound : int or str, boundary condition ('dct2'/'reflect', 'dct1'/'mirror',
+        'dft'/'wrap', 'dst1', 'dst2'; 'zero' is filtered as dct1, 'replicate' as dct2)
+    dim : int, the dimension to filter (negative counts from the end)
+    inplace : bool, write the coefficients into `input`
+
+    Returns
+    -------
+    tensor, same shape and dtype as `input` (``input`` itself when inplace)
+    """
+    _check(input)
+    _check_inplace(inplace)
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim: expected an int, got {dim!r}")
+    if not -input.dim() <= dim < input.dim():
+        raise ValueError(f"dim: {dim} is out of range for a {input.dim()}-D input")
+    dim = dim % input.dim()
+    order = order_codes(interpolation, 1)
+    bounds = bound_codes(bound, 1)
+    return _run(input, order, bounds, [dim], False, inplace)
+
+
+def spline_coeff_nd(input, interpolation="linear", bound="dct2", dim=None, inplace=False):
+    """Interpolating B-spline coefficients of `input` along its last `dim` dimensions.
+
+    Parameters
+    ----------
+    input : tensor [..., *spatial]
+    interpolation : int or str, or a list of them (one per spatial dim; the last is repeated)
+    bound : int or str, or a list of them (one per spatial dim; the last is repeated)
+    dim : int, number of spatial dims (default: all dims of `input`)
+    inplace : bool, write the coefficients into `input`
+
+    Returns
+    -------
+    tensor, same shape and dtype as `input` (``input`` itself when inplace)
+    """
+    _check(input)
+    _check_inplace(inplace)
+    if dim is None:
+        dim = input.dim()
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim: expected an int (number of spatial dims) or None, got {dim!r}")
+    if not 1 <= dim <= input.dim():
+        raise ValueError(f"dim: expected 1..{input.dim()} spatial dims for a {input.dim()}-D "
+                         f"input, got {dim}")
+    order = order_codes(interpolation, dim)
+    bounds = bound_codes(bound, dim)
+    dims = list(range(input.dim() - dim, input.dim()))
+    return _run(input, order, bounds, dims, False, inplace)
