@@ -1,0 +1,104 @@
+"""Backend choice (NI_COMPILED_BACKEND) and the CLI, each in a fresh process."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+PULL = """
+import json, torch, warnings
+warnings.simplefilter("always")
+import nitorch_jit
+x = torch.arange(24.).reshape(1, 1, 4, 6)
+g = torch.tensor([[[[1.5, 2.25]]]])
+print("RESULT", json.dumps([nitorch_jit.grid_pull(x, g).item(), nitorch_jit.compiled_backend]))
+"""
+
+
+def run(code_or_args, root, **env):
+    e = dict(os.environ, NI_JIT_CACHE_DIR=str(root), PYTHONPATH=str(REPO))
+    e.pop("NI_COMPILED_BACKEND", None)
+    e.update({k: str(v) for k, v in env.items()})
+    args = ["-c", code_or_args] if isinstance(code_or_args, str) else code_or_args
+    return subprocess.run([sys.executable] + args, env=e, capture_output=True, text=True,
+                          timeout=900)
+
+
+def result(proc):
+    assert proc.returncode == 0, proc.stderr
+    return json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1][7:])
+
+
+def test_no_compiler_unset_warns_and_uses_torch(tmp_path):
+    proc = run(PULL, tmp_path / "c", CXX="/nonexistent/c++")
+    value, which = result(proc)
+    assert value == pytest.approx(1.5 * 6 + 2.25) and which == "TORCH"
+    assert proc.stderr.count("compiled kernels are unavailable on CPU") == 1
+    assert "no C++ compiler" in proc.stderr and "NI_COMPILED_BACKEND=TORCH" in proc.stderr
+
+
+def test_no_compiler_backend_c_raises(tmp_path):
+    proc = run(PULL, tmp_path / "c", CXX="/nonexistent/c++", NI_COMPILED_BACKEND="C")
+    assert proc.returncode != 0
+    assert "NI_COMPILED_BACKEND=C" in proc.stderr and "no C++ compiler" in proc.stderr
+
+
+def test_backend_torch_and_ts_alias_compile_nothing(tmp_path):
+    for name in ("TORCH", "TS"):
+        proc = run(PULL, tmp_path / "c", NI_COMPILED_BACKEND=name, NI_SHOW_COMPILED_BACKEND=1)
+        assert result(proc) == [pytest.approx(11.25), "TORCH"]
+        assert "compiling" not in proc.stderr and "COMPILED_BACKEND" in proc.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_backend_bad_value_and_monai(tmp_path):
+    proc = run(PULL, tmp_path / "c", NI_COMPILED_BACKEND="FAST")
+    assert proc.returncode != 0 and "is not one of C, TORCH" in proc.stderr
+    proc = run(PULL, tmp_path / "c", NI_COMPILED_BACKEND="MONAI")
+    assert proc.returncode != 0 and "MONAI backend is not available" in proc.stderr
+
+
+def test_import_compiles_nothing_and_compiled_backend_builds(tmp_path):
+    root = tmp_path / "c"
+    proc = run("import nitorch_jit", root)
+    assert proc.returncode == 0 and not root.exists()
+    proc = run("import nitorch_jit; print('RESULT', '\"' + nitorch_jit.compiled_backend + '\"')", root)
+    assert result(proc) == "C"
+    assert "compiling module 'pushpull' for CPU" in proc.stderr
+
+
+def test_cli_info_build_list_clear(tmp_path):
+    root = tmp_path / "c"
+    cli = ["-m", "nitorch_jit"]
+    info = run(cli + ["info"], root)
+    assert info.returncode == 0, info.stderr
+    for word in ("toolchain", "c++", "ninja", "cache", str(root), "key of this environment",
+                 "backend per device", "pushpull", "compiles on first use (no cached build)"):
+        assert word in info.stdout, word
+    build = run(cli + ["build", "--no-cuda", "pushpull"], root)
+    assert build.returncode == 0, build.stderr
+    assert "compiling module 'pushpull'" in build.stderr
+    info = run(cli + ["info"], root)
+    assert "C: cached build" in info.stdout
+    # a stale entry: the same library as if built by another torch
+    listing = run(cli + ["cache", "list"], root)
+    assert "pushpull" in listing.stdout and "yes" in listing.stdout
+    (entry,) = [p for p in root.iterdir() if p.name.startswith("pushpull-cpu")]
+    stale = root / entry.name.replace("torch", "torch0.0.1-old")
+    subprocess.run(["cp", "-r", str(entry), str(stale)], check=True)
+    manifest = json.loads((stale / "manifest.json").read_text())
+    manifest["key"]["torch"] = "0.0.1"
+    (stale / "manifest.json").write_text(json.dumps(manifest))
+    listing = run(cli + ["cache", "list"], root)
+    assert "no (torch)" in listing.stdout, listing.stdout
+    cleared = run(cli + ["cache", "clear", "--stale"], root)
+    assert "1 entry removed (stale only)" in cleared.stdout
+    assert entry.exists() and not stale.exists()
+    assert run(cli + ["cache", "path"], root).stdout.strip() == str(root)
+    cleared = run(cli + ["cache", "clear"], root)
+    assert "1 entry removed" in cleared.stdout and not entry.exists()
+    assert "no entries" in run(cli + ["cache", "list"], root).stdout
