@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Two real PyTorch releases sharing one cache root: the second rebuilds into a new entry, both
+# entries coexist, going back to the first loads without a build, and `cache clear --stale` in
+# one environment removes the other's entry.
+#
+# usage: scripts/check_torch_upgrade.sh            (venvs and cache under $WORK, default /tmp)
+#   TORCH_A / TORCH_B   torch versions (default 2.13.0 and 2.14.1)
+#   WORK                where the venvs and the shared cache live
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TORCH_A=${TORCH_A:-2.13.0}
+TORCH_B=${TORCH_B:-2.14.1}
+WORK=${WORK:-/tmp/nitorch_jit_upgrade}
+PY=${PYTHON:-python3}
+mkdir -p "$WORK"
+CACHE="$WORK/cache"
+rm -rf "$CACHE" "$WORK/dist"
+
+echo "== building the wheel"
+"$PY" -m pip wheel -q --no-deps -w "$WORK/dist" . >/dev/null
+WHEEL=$(ls "$WORK"/dist/nitorch_jit-*.whl)
+case "$WHEEL" in *py3-none-any.whl) ;; *) echo "FAIL: not a pure wheel: $WHEEL"; exit 1;; esac
+unzip -l "$WHEEL" | grep -q "nitorch_jit/csrc/pushpull/" || { echo "FAIL: wheel lacks csrc"; exit 1; }
+
+venv() {  # venv DIR TORCH_VERSION
+    if [ ! -x "$1/bin/python" ] || ! "$1/bin/python" -c "import torch,sys; sys.exit(torch.__version__.split('+')[0] != '$2')" 2>/dev/null; then
+        rm -rf "$1"; "$PY" -m venv "$1"
+        "$1/bin/pip" install -q "torch==$2" numpy ninja platformdirs filelock
+    fi
+    "$1/bin/pip" install -q --force-reinstall --no-deps "$WHEEL"
+}
+echo "== venv A: torch $TORCH_A"; venv "$WORK/venv-a" "$TORCH_A"
+echo "== venv B: torch $TORCH_B"; venv "$WORK/venv-b" "$TORCH_B"
+
+CALL='import torch, nitorch_jit as nj
+x = torch.arange(60.).reshape(1, 1, 3, 4, 5); g = torch.tensor([[[[[0.5, 1.25, 2.0]]]]])
+print(torch.__version__, nj.grid_pull(x, g).item(), nj.compiled_backend)'
+run() {  # run VENV -> stderr in $WORK/err
+    (cd "$WORK" && NI_JIT_CACHE_DIR="$CACHE" NI_USE_CUDA=0 "$1/bin/python" -c "$CALL" 2>"$WORK/err")
+}
+fail() { echo "FAIL: $*"; cat "$WORK/err"; exit 1; }
+entries() { ls -d "$CACHE"/pushpull-cpu-* 2>/dev/null | wc -l; }
+
+echo "== 1. torch $TORCH_A, cold cache"
+run "$WORK/venv-a"; grep -q "compiling module 'pushpull' for CPU (no cached build)" "$WORK/err" || fail "no build"
+[ "$(entries)" = 1 ] || fail "expected 1 entry"
+echo "== 2. torch $TORCH_B, same cache: rebuilds into a new entry"
+run "$WORK/venv-b"; grep -q "torch changed" "$WORK/err" || fail "no rebuild after the torch change"
+[ "$(entries)" = 2 ] || fail "expected 2 entries"
+echo "== 3. back to torch $TORCH_A: loads without a build"
+run "$WORK/venv-a"; [ ! -s "$WORK/err" ] || fail "expected a silent cache hit"
+echo "== 4. both entries listed"
+NI_JIT_CACHE_DIR="$CACHE" "$WORK/venv-a/bin/nitorch-jit" cache list
+echo "== 5. cache clear --stale under torch $TORCH_A removes only torch $TORCH_B's entry"
+NI_JIT_CACHE_DIR="$CACHE" "$WORK/venv-a/bin/nitorch-jit" cache clear --stale
+[ "$(entries)" = 1 ] || fail "expected 1 entry left"
+ls "$CACHE" | grep -q "torch$TORCH_A" || fail "torch $TORCH_A's entry was removed"
+run "$WORK/venv-a"; [ ! -s "$WORK/err" ] || fail "torch $TORCH_A's entry no longer loads"
+echo "PASS: torch upgrade rebuilds, entries coexist, stale entries clear"
