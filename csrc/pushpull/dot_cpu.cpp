@@ -1,0 +1,154 @@
+// grid_grad_dot and grid_hess_dot on CPU (docs/pushpull-spec.md): the grid gradients of pull
+// and grad, contracted with the incoming gradient over channels (and derivative directions).
+#include <torch/library.h>
+
+#include "pushpull_cpu.h"
+
+namespace nitorch_jit {
+namespace pushpull {
+namespace cpu {
+namespace {
+
+constexpr int kGradDotFast = (1 << 1) | (1 << 3);
+constexpr int kHessDotFast = (1 << 1) | (1 << 3);
+
+struct WeightStrides {
+  int64_t sB, sC, s[3], sD;
+  NJ_INLINE int64_t at(const Point& pt) const {
+    return pt.b * sB + pt.i[0] * s[0] + pt.i[1] * s[1] + pt.i[2] * s[2];
+  }
+};
+
+inline WeightStrides weight_strides(const at::Tensor& t, int64_t D, bool with_d) {
+  WeightStrides ws{t.stride(0), t.stride(1), {0, 0, 0}, with_d ? t.stride(-1) : 0};
+  for (int64_t d = 0; d < D; ++d) ws.s[3 - D + d] = t.stride(2 + d);
+  return ws;
+}
+
+// out[b, p, d] = sum_c weight[b, c, p] * grad(input)[b, c, p, d]
+template <typename T>
+struct GradDotOp {
+  const T* wt;
+  WeightStrides ws;
+  const T* in;
+  int64_t sB, sC;
+  T* out;  // [B, P, D] contiguous
+  int64_t C, P;
+  int D;
+
+  template <int N0, int N1, int N2, class TP>
+  NJ_INLINE void apply(const Point& pt, const TP& t0, const TP& t1, const TP& t2) const {
+    const T* ib = in + pt.b * sB;
+    const T* wp = wt + ws.at(pt);
+    T acc[3] = {T(0), T(0), T(0)};
+    for (int64_t c = 0; c < C; ++c) {
+      T g[3];
+      grad_point<N0, N1, N2>(t0, t1, t2, ib + c * sC, g);
+      const T w = wp[c * ws.sC];
+      acc[0] += w * g[0];
+      acc[1] += w * g[1];
+      acc[2] += w * g[2];
+    }
+    T* o = out + (pt.b * P + pt.p) * D;
+    const int f = 3 - D;
+    for (int d = 0; d < D; ++d) o[d] = acc[f + d];
+  }
+  void empty(const Point& pt) const {
+    T* o = out + (pt.b * P + pt.p) * D;
+    for (int d = 0; d < D; ++d) o[d] = T(0);
+  }
+};
+
+// out[b, p, e] = sum_c sum_d weight[b, c, p, d] * H(input)[b, c, p, d, e]
+template <typename T>
+struct HessDotOp {
+  const T* wt;
+  WeightStrides ws;
+  const T* in;
+  int64_t sB, sC;
+  T* out;  // [B, P, D] contiguous
+  int64_t C, P;
+  int D;
+
+  template <int N0, int N1, int N2, class TP>
+  NJ_INLINE void apply(const Point& pt, const TP& t0, const TP& t1, const TP& t2) const {
+    const T* ib = in + pt.b * sB;
+    const T* wp = wt + ws.at(pt);
+    const int f = 3 - D;
+    T acc[3] = {T(0), T(0), T(0)};
+    for (int64_t c = 0; c < C; ++c) {
+      T h[6];
+      hess_point<N0, N1, N2>(t0, t1, t2, ib + c * sC, h);
+      T w[3] = {T(0), T(0), T(0)};
+      for (int d = 0; d < D; ++d) w[f + d] = wp[c * ws.sC + d * ws.sD];
+      // H = [[h0 h3 h4] [h3 h1 h5] [h4 h5 h2]] (symmetric)
+      acc[0] += w[0] * h[0] + w[1] * h[3] + w[2] * h[4];
+      acc[1] += w[0] * h[3] + w[1] * h[1] + w[2] * h[5];
+      acc[2] += w[0] * h[4] + w[1] * h[5] + w[2] * h[2];
+    }
+    T* o = out + (pt.b * P + pt.p) * D;
+    for (int d = 0; d < D; ++d) o[d] = acc[f + d];
+  }
+  void empty(const Point& pt) const {
+    T* o = out + (pt.b * P + pt.p) * D;
+    for (int d = 0; d < D; ++d) o[d] = T(0);
+  }
+};
+
+template <bool kHess>
+at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
+                    at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_grid(grid);
+  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
+  check_tensor(weight, "weight", grid, D, kHess, kHess ? "[B, C, *O, D]" : "[B, C, *O]");
+  check_point_shape(weight, "weight", grid, D);
+  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", weight.size(1),
+              ") must equal input channels (", input.size(1), ")");
+  check_options(order, bound, D);
+  const Geom G = make_geom(grid, D, input.size(1), input.sizes().slice(2), input.strides().slice(2),
+                           order, bound, extrapolate);
+  std::vector<int64_t> osize = {grid.size(0)};
+  for (int64_t d = 0; d < D; ++d) osize.push_back(grid.size(1 + d));
+  osize.push_back(D);
+  at::Tensor out = at::empty(osize, grid.options());
+  if (out.numel() == 0) return out;
+  if (G.empty_source() || G.C == 0) return out.zero_();
+  const WeightStrides ws = weight_strides(weight, D, kHess);
+  AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), kHess ? "grid_hess_dot" : "grid_grad_dot", [&] {
+    const scalar_t* gp = grid.const_data_ptr<scalar_t>();
+    if constexpr (kHess) {
+      HessDotOp<scalar_t> op{weight.const_data_ptr<scalar_t>(), ws,
+                             input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
+                             out.data_ptr<scalar_t>(), G.C, G.P, G.D};
+      gather_run<scalar_t, 2, kHessDotFast>(G, gp, op);
+    } else {
+      GradDotOp<scalar_t> op{weight.const_data_ptr<scalar_t>(), ws,
+                             input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
+                             out.data_ptr<scalar_t>(), G.C, G.P, G.D};
+      gather_run<scalar_t, 1, kGradDotFast>(G, gp, op);
+    }
+  });
+  return out;
+}
+
+at::Tensor grid_grad_dot_cpu(const at::Tensor& weight, const at::Tensor& input,
+                             const at::Tensor& grid, at::IntArrayRef order, at::IntArrayRef bound,
+                             bool extrapolate) {
+  return dot_impl<false>(weight, input, grid, order, bound, extrapolate);
+}
+
+at::Tensor grid_hess_dot_cpu(const at::Tensor& weight, const at::Tensor& input,
+                             const at::Tensor& grid, at::IntArrayRef order, at::IntArrayRef bound,
+                             bool extrapolate) {
+  return dot_impl<true>(weight, input, grid, order, bound, extrapolate);
+}
+
+}  // namespace
+}  // namespace cpu
+}  // namespace pushpull
+}  // namespace nitorch_jit
+
+TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
+  m.impl("grid_grad_dot", &nitorch_jit::pushpull::cpu::grid_grad_dot_cpu);
+  m.impl("grid_hess_dot", &nitorch_jit::pushpull::cpu::grid_hess_dot_cpu);
+}

@@ -1,0 +1,359 @@
+// CPU machinery of the pushpull kernels: argument checks, geometry, the parallel loop over
+// output points, fast-path selection and the race-free scatter strategy.
+// Included by pull_cpu.cpp (pull, grad), push_cpu.cpp (push, pushgrad) and dot_cpu.cpp
+// (grad_dot, hess_dot); each registers its ops with its own TORCH_LIBRARY_IMPL block.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "pushpull_point.h"
+
+namespace nitorch_jit {
+namespace pushpull {
+namespace cpu {
+
+// ---------------------------------------------------------------------------------------------
+// Atomic float add (compare-exchange on the bit pattern; std::atomic_ref needs C++20).
+struct AtomicAdd {
+  template <typename T>
+  static inline void add(T* p, T v) {
+    using U = typename std::conditional<sizeof(T) == 8, uint64_t, uint32_t>::type;
+    static_assert(sizeof(T) == sizeof(U), "unsupported scalar");
+    U* up = reinterpret_cast<U*>(p);
+    U expected = __atomic_load_n(up, __ATOMIC_RELAXED);
+    for (;;) {
+      T cur;
+      std::memcpy(&cur, &expected, sizeof(T));
+      const T next = cur + v;
+      U desired;
+      std::memcpy(&desired, &next, sizeof(T));
+      if (__atomic_compare_exchange_n(up, &expected, desired, /*weak=*/true, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED))
+        return;
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Geometry, padded to 3 internal dims: internal dim k = 3 - D + d for spatial dim d.
+struct Geom {
+  int D = 0;
+  int64_t B = 0, C = 0;
+  int64_t src[3] = {1, 1, 1};  // source (sampled / scattered-into) spatial size
+  int64_t sst[3] = {0, 0, 0};  // source spatial strides (of the tensor the taps index)
+  int64_t pts[3] = {1, 1, 1};  // grid spatial size
+  int64_t P = 1;               // prod(pts)
+  int order[3] = {0, 0, 0};
+  int bound[3] = {0, 0, 0};
+  bool extrapolate = false;
+  int64_t gB = 0, g[3] = {0, 0, 0}, gD = 0;  // grid strides
+
+  int first() const { return 3 - D; }
+  int64_t taps() const {
+    int64_t t = 1;
+    for (int k = first(); k < 3; ++k) t *= order[k] + 1;
+    return t;
+  }
+  bool empty_source() const { return src[0] == 0 || src[1] == 0 || src[2] == 0; }
+};
+
+// One output point: batch, linear index within the batch, spatial multi-index.
+struct Point {
+  int64_t b, p, i[3];
+};
+
+// ---------------------------------------------------------------------------------------------
+// Checks.
+
+inline int64_t check_grid(const at::Tensor& grid) {
+  TORCH_CHECK(grid.defined(), "grid is undefined");
+  TORCH_CHECK(grid.dim() >= 3, "grid must have shape [B, *O, D] with D in 1..3, got shape ",
+              grid.sizes());
+  const int64_t D = grid.size(-1);
+  TORCH_CHECK(D >= 1 && D <= 3, "grid.size(-1) (D) must be 1, 2 or 3, got ", D);
+  TORCH_CHECK(grid.dim() == D + 2, "grid must have D + 2 = ", D + 2,
+              " dims [B, *O, D] (D = grid.size(-1)), got shape ", grid.sizes());
+  TORCH_CHECK(grid.device().is_cpu(), "grid must be a CPU tensor, got device ", grid.device());
+  TORCH_CHECK(grid.layout() == at::kStrided, "grid must be a strided (dense) tensor");
+  TORCH_CHECK(grid.scalar_type() == at::kFloat || grid.scalar_type() == at::kDouble,
+              "grid must be float32 or float64, got ", grid.scalar_type());
+  return D;
+}
+
+// A tensor [B, C, *spatial(D)] (+ a trailing D when with_d).
+inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& grid, int64_t D,
+                         bool with_d, const char* layout) {
+  TORCH_CHECK(t.defined(), name, " is undefined");
+  const int64_t want = D + 2 + (with_d ? 1 : 0);
+  TORCH_CHECK(t.dim() == want, name, " must have ", want, " dims ", layout, " for D = ", D,
+              ", got shape ", t.sizes());
+  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor, got device ", t.device());
+  TORCH_CHECK(t.layout() == at::kStrided, name, " must be a strided (dense) tensor");
+  TORCH_CHECK(t.scalar_type() == grid.scalar_type(), name, " dtype (", t.scalar_type(),
+              ") must match grid dtype (", grid.scalar_type(), ")");
+  TORCH_CHECK(t.size(0) == grid.size(0), name, " batch size (", t.size(0),
+              ") must equal grid batch size (", grid.size(0), ")");
+  if (with_d)
+    TORCH_CHECK(t.size(-1) == D, name, ".size(-1) must be D = ", D, ", got ", t.size(-1));
+}
+
+// The spatial dims of t (starting at dim 2) must equal the grid's spatial dims.
+inline void check_point_shape(const at::Tensor& t, const char* name, const at::Tensor& grid,
+                              int64_t D) {
+  for (int64_t d = 0; d < D; ++d)
+    TORCH_CHECK(t.size(2 + d) == grid.size(1 + d), name, " spatial shape ",
+                t.sizes().slice(2, D), " must equal the grid spatial shape ",
+                grid.sizes().slice(1, D));
+}
+
+inline void check_options(at::IntArrayRef order, at::IntArrayRef bound, int64_t D) {
+  TORCH_CHECK(static_cast<int64_t>(order.size()) == D, "order must have D = ", D,
+              " entries (one per spatial dim), got ", order.size());
+  TORCH_CHECK(static_cast<int64_t>(bound.size()) == D, "bound must have D = ", D,
+              " entries (one per spatial dim), got ", bound.size());
+  for (int64_t d = 0; d < D; ++d) {
+    TORCH_CHECK(order[d] >= 0 && order[d] <= kMaxOrder, "order[", d, "] must be in 0..",
+                kMaxOrder, ", got ", order[d]);
+    TORCH_CHECK(bound[d] >= 0 && bound[d] < kNumBounds, "bound[", d, "] must be in 0..",
+                kNumBounds - 1, " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ",
+                bound[d]);
+  }
+}
+
+// Geometry from the grid, options, and the source tensor's sizes/strides (spatial dims only).
+inline Geom make_geom(const at::Tensor& grid, int64_t D, int64_t C, at::IntArrayRef src_size,
+                      at::IntArrayRef src_stride, at::IntArrayRef order, at::IntArrayRef bound,
+                      bool extrapolate) {
+  Geom G;
+  G.D = static_cast<int>(D);
+  G.B = grid.size(0);
+  G.C = C;
+  G.extrapolate = extrapolate;
+  G.gB = grid.stride(0);
+  G.gD = grid.stride(-1);
+  const int f = G.first();
+  for (int64_t d = 0; d < D; ++d) {
+    const int k = f + static_cast<int>(d);
+    G.src[k] = src_size[d];
+    G.sst[k] = src_stride[d];
+    G.pts[k] = grid.size(1 + d);
+    G.g[k] = grid.stride(1 + d);
+    G.order[k] = static_cast<int>(order[d]);
+    G.bound[k] = static_cast<int>(bound[d]);
+  }
+  G.P = G.pts[0] * G.pts[1] * G.pts[2];
+  return G;
+}
+
+inline int64_t grain_size(const Geom& G) {
+  const int64_t work = G.taps() * std::max<int64_t>(G.C, 1);
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(work, 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loop over points [begin, end) of the flattened (B, *O) range.
+// O >= 0: fast path for "every dim has order O" with D real dims (loops unrolled; a point whose
+// support touches a border or a dropped tap uses the runtime-count contraction). O < 0: generic.
+template <typename T, int O, int DIM, int DER, class Op>
+void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const Op& op) {
+  constexpr bool kGeneric = O < 0;
+  constexpr int MAXT = kGeneric ? kMaxTaps : O + 1;
+  constexpr int N = kGeneric ? 0 : O + 1;
+  constexpr int N0 = kGeneric ? 0 : (DIM >= 3 ? N : 1);
+  constexpr int N1 = kGeneric ? 0 : (DIM >= 2 ? N : 1);
+  constexpr int N2 = N;
+  using TP = Taps<T, MAXT, DER>;
+
+  const int nd = kGeneric ? G.D : DIM;
+  const int first = 3 - nd;
+  TP t[3];
+  for (int k = 0; k < first; ++k) t[k].set_constant();
+  T hi[3];
+  for (int k = 0; k < 3; ++k) hi[k] = static_cast<T>(G.src[k] - 1) + static_cast<T>(kExtrapolateTol);
+  const T lo = -static_cast<T>(kExtrapolateTol);
+  const T lim = static_cast<T>(kCoordLimit);
+  const bool extrapolate = G.extrapolate;
+
+  Point pt;
+  pt.b = begin / G.P;
+  pt.p = begin - pt.b * G.P;
+  {
+    const int64_t r = pt.p / G.pts[2];
+    pt.i[2] = pt.p - r * G.pts[2];
+    pt.i[0] = r / G.pts[1];
+    pt.i[1] = r - pt.i[0] * G.pts[1];
+  }
+  for (int64_t q = begin; q < end; ++q) {
+    const T* gp = grid + pt.b * G.gB + pt.i[0] * G.g[0] + pt.i[1] * G.g[1] + pt.i[2] * G.g[2];
+    bool ok = true;
+    T x[3];
+    for (int d = 0; d < nd; ++d) {
+      const int k = first + d;
+      T v = gp[d * G.gD];
+      if (!extrapolate) {
+        if (!(v >= lo && v <= hi[k])) ok = false;  // also rejects NaN
+      } else if (!(std::abs(v) <= lim)) {
+        if (std::isfinite(v))
+          v = v > 0 ? lim : -lim;
+        else
+          ok = false;
+      }
+      x[k] = v;
+    }
+    if (ok) {
+      bool full = true;
+      for (int d = 0; d < nd; ++d) {
+        const int k = first + d;
+        if constexpr (kGeneric) {
+          make_taps_rt<DER>(G.order[k], x[k], G.src[k], G.bound[k], G.sst[k], t[k]);
+        } else {
+          make_taps<(kGeneric ? 0 : O)>(x[k], G.src[k], G.bound[k], G.sst[k], t[k]);
+          full = full && (t[k].n == N);
+        }
+      }
+      if (!kGeneric && full)
+        op.template apply<N0, N1, N2>(pt, t[0], t[1], t[2]);
+      else
+        op.template apply<0, 0, 0>(pt, t[0], t[1], t[2]);
+    } else {
+      op.empty(pt);
+    }
+    // next point
+    ++pt.p;
+    if (++pt.i[2] == G.pts[2]) {
+      pt.i[2] = 0;
+      if (++pt.i[1] == G.pts[1]) {
+        pt.i[1] = 0;
+        if (++pt.i[0] == G.pts[0]) {
+          pt.i[0] = 0;
+          pt.p = 0;
+          ++pt.b;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fast-path selection. MASK bit o enables the fast path for "all dims of order o".
+template <int V>
+using IC = std::integral_constant<int, V>;
+
+template <int O, class F>
+inline void with_dim(int D, F&& f) {
+  switch (D) {
+    case 1: f(IC<O>{}, IC<1>{}); break;
+    case 2: f(IC<O>{}, IC<2>{}); break;
+    default: f(IC<O>{}, IC<3>{}); break;
+  }
+}
+
+template <int MASK, class F>
+inline void with_variant(const Geom& G, F&& f) {
+  const int o = G.order[G.first()];
+  bool iso = true;
+  for (int k = G.first(); k < 3; ++k) iso = iso && (G.order[k] == o);
+  if (iso) {
+    if constexpr ((MASK & 1) != 0)
+      if (o == 0) return with_dim<0>(G.D, f);
+    if constexpr ((MASK & 2) != 0)
+      if (o == 1) return with_dim<1>(G.D, f);
+    if constexpr ((MASK & 4) != 0)
+      if (o == 2) return with_dim<2>(G.D, f);
+    if constexpr ((MASK & 8) != 0)
+      if (o == 3) return with_dim<3>(G.D, f);
+  }
+  f(IC<-1>{}, IC<0>{});
+}
+
+// Gather ops (one output per point, no conflicts): parallel over points.
+template <typename T, int DER, int MASK, class Op>
+void gather_run(const Geom& G, const T* grid, const Op& op) {
+  const int64_t n = G.B * G.P;
+  if (n == 0) return;
+  const int64_t grain = grain_size(G);
+  with_variant<MASK>(G, [&](auto O, auto DIM) {
+    constexpr int kO = decltype(O)::value;
+    constexpr int kD = decltype(DIM)::value;
+    at::parallel_for(0, n, grain, [&](int64_t b, int64_t e) {
+      run_points<T, kO, kD, DER>(G, grid, b, e, op);
+    });
+  });
+}
+
+// Bytes of private per-thread output copies a scatter may allocate (NI_JIT_PUSH_BUFFER_MB,
+// default 256 MiB); beyond that it uses atomic adds.
+inline int64_t scatter_buffer_budget() {
+  const char* env = std::getenv("NI_JIT_PUSH_BUFFER_MB");
+  int64_t mb = 256;
+  if (env && *env) {
+    char* endp = nullptr;
+    const long long v = std::strtoll(env, &endp, 10);
+    if (endp != env && v >= 0) mb = v;
+  }
+  return mb << 20;
+}
+
+// Scatter ops. make_op(T* dst, AddTag) returns the op writing into dst (a full output-sized
+// buffer). Single thread: plain adds into out. Several: the points are split into nt equal
+// chunks, chunk t adds into its own private copy (chunk 0 into out), then the copies are summed
+// into out in a fixed order, so the result depends on the thread count only through rounding.
+// If the copies would exceed the budget, all threads add atomically into out instead.
+template <typename T, int DER, int MASK, class MakeOp>
+void scatter_run(const Geom& G, const T* grid, T* out, int64_t out_numel, MakeOp&& make_op) {
+  const int64_t n = G.B * G.P;
+  if (n == 0 || out_numel == 0) return;
+  const int64_t grain = grain_size(G);
+  auto run_plain = [&](int64_t b, int64_t e, T* dst) {
+    const auto op = make_op(dst, PlainAdd{});
+    with_variant<MASK>(G, [&](auto O, auto DIM) {
+      run_points<T, decltype(O)::value, decltype(DIM)::value, DER>(G, grid, b, e, op);
+    });
+  };
+  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  const int64_t nt = std::min<int64_t>(threads, (n + grain - 1) / grain);
+  if (nt <= 1) {
+    run_plain(0, n, out);
+    return;
+  }
+  const int64_t bytes = (nt - 1) * out_numel * static_cast<int64_t>(sizeof(T));
+  if (bytes <= scatter_buffer_budget()) {
+    at::Tensor buf = at::empty({(nt - 1) * out_numel},
+                               at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
+    T* bp = buf.data_ptr<T>();
+    const int64_t chunk = (n + nt - 1) / nt;
+    at::parallel_for(0, nt, 1, [&](int64_t tb, int64_t te) {
+      for (int64_t t = tb; t < te; ++t) {
+        T* dst = out;
+        if (t > 0) {
+          dst = bp + (t - 1) * out_numel;
+          std::memset(static_cast<void*>(dst), 0, sizeof(T) * out_numel);
+        }
+        const int64_t b = t * chunk, e = std::min(n, b + chunk);
+        if (b < e) run_plain(b, e, dst);
+      }
+    });
+    at::parallel_for(0, out_numel, 16384, [&](int64_t b, int64_t e) {
+      for (int64_t t = 0; t < nt - 1; ++t) {
+        const T* src = bp + t * out_numel;
+        for (int64_t i = b; i < e; ++i) out[i] += src[i];
+      }
+    });
+  } else {
+    const auto op = make_op(out, AtomicAdd{});
+    at::parallel_for(0, n, grain, [&](int64_t b, int64_t e) {
+      run_points<T, -1, 0, DER>(G, grid, b, e, op);
+    });
+  }
+}
+
+}  // namespace cpu
+}  // namespace pushpull
+}  // namespace nitorch_jit
