@@ -12,8 +12,8 @@ flattened volume, accumulated in place. Loops run over dims and taps only (Pytho
 never over points or tensor values, so ``torch.compile(fullgraph=True)`` traces it whole.
 
 Points that are out of range (extrapolate=False) or have a non-finite coordinate are
-masked with ``torch.where`` on the per-point output (pull side) or per-point input (push
-side); their coordinate is replaced by 0 beforehand so that every index stays valid.
+masked on the per-point output (pull side, ``masked_fill_``) or per-point input (push side,
+``torch.where``); their coordinate is replaced by 0 beforehand so that every index stays valid.
 """
 import torch
 
@@ -146,7 +146,7 @@ def grid_pull(input, grid, order, bound, extrapolate):
         _acc(acc, val, prods[zero])
 
     _for_each_tap(dims, [zero], visit)
-    return torch.where(mask.reshape(B, 1, *O), out, 0)
+    return out.masked_fill_(~mask.reshape(B, 1, *O), 0)
 
 
 def grid_grad(input, grid, order, bound, extrapolate):
@@ -169,7 +169,7 @@ def grid_grad(input, grid, order, bound, extrapolate):
                 _acc(acc[d], val, prods[units[d]])
 
     _for_each_tap(dims, units, visit)
-    out = torch.where(mask.reshape(1, B, 1, *O), out, 0)
+    out.masked_fill_(~mask.reshape(1, B, 1, *O), 0)
     return out.movedim(0, -1).contiguous()
 
 
@@ -250,7 +250,7 @@ def grid_grad_dot(weight, input, grid, order, bound, extrapolate):
                     acc[d].add_(val, alpha=w)
 
     _for_each_tap(dims, units, visit)
-    out = torch.where(mask.reshape(1, B, *O), out, 0)
+    out.masked_fill_(~mask.reshape(1, B, *O), 0)
     return out.movedim(0, -1).contiguous()
 
 
@@ -284,7 +284,7 @@ def grid_hess_dot(weight, input, grid, order, bound, extrapolate):
                 acc[e].add_(q[d], alpha=w)
 
     _for_each_tap(dims, sorted(set(pairs.values())), visit)
-    out = torch.where(mask.reshape(1, B, *O), out, 0)
+    out.masked_fill_(~mask.reshape(1, B, *O), 0)
     return out.movedim(0, -1).contiguous()
 
 
