@@ -12,6 +12,7 @@ import torch
 from .. import backend
 from . import library  # noqa: F401  (defines the schemas)
 from .options import bound_codes, check_tensor, order_codes
+from .splinc import prefilter as _prefilter
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "pushpull"
@@ -187,12 +188,6 @@ def _shape_arg(shape, dim, default):
     return shape
 
 
-def _no_prefilter(prefilter):
-    if prefilter:
-        raise NotImplementedError("prefilter=True needs spline_coeff, which comes with the spline "
-                                  "prefilter issue; apply your own prefilter and pass prefilter=False")
-
-
 # ----------------------------------------------------------------------------- public API
 def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=False,
               prefilter=False):
@@ -206,7 +201,8 @@ def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     if not input.is_floating_point():
         return _pull_labels(input, grid, interpolation, bound, extrapolate, prefilter)
     opts = _options(dim, interpolation, bound, extrapolate)
-    _no_prefilter(prefilter)
+    if prefilter:  # interpolate the samples rather than use them as spline coefficients
+        input = _prefilter(input, *opts[:2])
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
     _ensure(x.device)
     out = _ops.grid_pull(x, g, *opts)
@@ -230,8 +226,11 @@ def _pull_labels(input, grid, interpolation, bound, extrapolate, prefilter):
 
 def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", extrapolate=False,
               prefilter=False):
-    """Splat `input` [*batch, C, *out] at `grid` [*batch, *out, D] into [*batch, C, *shape]
-    (the adjoint of grid_pull)."""
+    """Splat `input` [*batch, C, *out] at `grid` [*batch, *out, D] into [*batch, C, *shape].
+
+    The exact adjoint of grid_pull with the same options: with prefilter=True the transposed
+    spline prefilter is applied after splatting.
+    """
     dim = _grid_dim(grid)
     _check_input(input, dim, grid)
     if tuple(input.shape[-dim:]) != tuple(grid.shape[-dim - 1:-1]):
@@ -239,10 +238,11 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
                          f"grid's {tuple(grid.shape[-dim - 1:-1])}")
     shape = _shape_arg(shape, dim, input.shape[-dim:])
     opts = _options(dim, interpolation, bound, extrapolate)
-    _no_prefilter(prefilter)
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
     _ensure(x.device)
     out = _ops.grid_push(x, g, shape, *opts)
+    if prefilter:  # the transposed filter, so that push stays the adjoint of pull
+        out = _prefilter(out, *opts[:2], adjoint=True)
     return out.reshape(batch + out.shape[1:]).to(dtype)
 
 
@@ -259,7 +259,8 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     dim = _grid_dim(grid)
     _check_input(input, dim, grid)
     opts = _options(dim, interpolation, bound, extrapolate)
-    _no_prefilter(prefilter)
+    if prefilter:
+        input = _prefilter(input, *opts[:2])
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
     _ensure(x.device)
     out = _ops.grid_grad(x, g, *opts)
