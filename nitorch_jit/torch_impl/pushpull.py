@@ -15,6 +15,8 @@ Points that are out of range (extrapolate=False) or have a non-finite coordinate
 masked on the per-point output (pull side, ``masked_fill_``) or per-point input (push side,
 ``torch.where``); their coordinate is replaced by 0 beforehand so that every index stays valid.
 """
+import math
+
 import torch
 
 from .bounds import fold
@@ -105,12 +107,23 @@ def _unit(D, *ds):
     return tuple(a)
 
 
-def _acc(out, val, w):
-    """out += val * w, w a [B, P] tensor (broadcast over channels) or a Python float."""
+def _acc(accs, k, val, w, channels=True):
+    """accs[k] += val * w; the first contribution allocates (no zero-filled buffer).
+
+    ``w``: a [B, P] tensor (unsqueezed to broadcast over channels if ``channels``) or a
+    Python float. Accumulators are separate tensors, never views of one buffer, so that
+    in-place updates stay trivial to functionalize under torch.compile.
+    """
     if isinstance(w, torch.Tensor):
-        out.addcmul_(val, w.unsqueeze(1))
+        w = w.unsqueeze(1) if channels else w
+        if accs[k] is None:
+            accs[k] = val * w
+        else:
+            accs[k].addcmul_(val, w)
+    elif accs[k] is None:
+        accs[k] = val * w
     else:
-        out.add_(val, alpha=w)
+        accs[k].add_(val, alpha=w)
 
 
 def _scaled(val, w):
@@ -128,24 +141,29 @@ def _check(input, grid, nspatial):
     return D
 
 
+def _empty(input, grid, S):
+    return input.numel() == 0 or grid.numel() == 0 or any(n == 0 for n in S)
+
+
 def grid_pull(input, grid, order, bound, extrapolate):
     """out[b, c, *O] = sum over taps of the spline weight times the folded input."""
     D = _check(input, grid, grid.shape[-1])
     B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
-    out = input.new_zeros([B, C, *O])
-    if out.numel() == 0 or input.numel() == 0:
-        return out
+    if _empty(input, grid, S):
+        return input.new_zeros([B, C, *O])
     dims, mask = _prepare(grid, S, order, bound, extrapolate, 0)
     inp = input.reshape(B, C, -1)
-    acc = out.view(B, C, -1)
-    P = acc.shape[-1]
+    P = mask.shape[-1]
     zero = _unit(D)
+    accs = [None]
 
     def visit(lin, prods):
         val = torch.gather(inp, 2, lin.unsqueeze(1).expand(B, C, P))
-        _acc(acc, val, prods[zero])
+        _acc(accs, 0, val, prods[zero])
 
     _for_each_tap(dims, [zero], visit)
+    out = input.new_zeros([B, C, P]) if accs[0] is None else accs[0]
+    out = out.view(B, C, *O)
     return out.masked_fill_(~mask.reshape(B, 1, *O), 0)
 
 
@@ -153,24 +171,24 @@ def grid_grad(input, grid, order, bound, extrapolate):
     """out[b, c, *O, d] = spatial gradient of the interpolated input along dim d."""
     D = _check(input, grid, grid.shape[-1])
     B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
-    out = input.new_zeros([D, B, C, *O])
-    if out.numel() == 0 or input.numel() == 0:
-        return out.movedim(0, -1).contiguous()
+    if _empty(input, grid, S):
+        return input.new_zeros([B, C, *O, D])
     dims, mask = _prepare(grid, S, order, bound, extrapolate, 1)
     inp = input.reshape(B, C, -1)
-    acc = out.view(D, B, C, -1)
-    P = acc.shape[-1]
+    P = mask.shape[-1]
     units = [_unit(D, d) for d in range(D)]
+    accs = [None] * D
 
     def visit(lin, prods):
         val = torch.gather(inp, 2, lin.unsqueeze(1).expand(B, C, P))
         for d in range(D):
             if units[d] in prods:
-                _acc(acc[d], val, prods[units[d]])
+                _acc(accs, d, val, prods[units[d]])
 
     _for_each_tap(dims, units, visit)
-    out.masked_fill_(~mask.reshape(1, B, 1, *O), 0)
-    return out.movedim(0, -1).contiguous()
+    out = torch.stack([input.new_zeros([B, C, P]) if a is None else a for a in accs], -1)
+    out = out.view(B, C, *O, D)
+    return out.masked_fill_(~mask.reshape(B, 1, *O, 1), 0)
 
 
 def grid_push(input, grid, shape, order, bound, extrapolate):
@@ -178,20 +196,19 @@ def grid_push(input, grid, shape, order, bound, extrapolate):
     D = _check(input, grid, grid.shape[-1])
     shape = [int(n) for n in shape]
     B, C, O = input.shape[0], input.shape[1], grid.shape[1:-1]
-    out = input.new_zeros([B, C, *shape])
-    if out.numel() == 0 or input.numel() == 0:
-        return out
+    out = input.new_zeros([B, C, math.prod(shape)])
+    if _empty(input, grid, shape):
+        return out.view(B, C, *shape)
     dims, mask = _prepare(grid, shape, order, bound, extrapolate, 0)
     inp = torch.where(mask.reshape(B, 1, *O), input, 0).reshape(B, C, -1)
-    acc = out.view(B, C, -1)
     P = inp.shape[-1]
     zero = _unit(D)
 
     def visit(lin, prods):
-        acc.scatter_add_(2, lin.unsqueeze(1).expand(B, C, P), _scaled(inp, prods[zero]))
+        out.scatter_add_(2, lin.unsqueeze(1).expand(B, C, P), _scaled(inp, prods[zero]))
 
     _for_each_tap(dims, [zero], visit)
-    return out
+    return out.view(B, C, *shape)
 
 
 def grid_pushgrad(input, grid, shape, order, bound, extrapolate):
@@ -202,13 +219,12 @@ def grid_pushgrad(input, grid, shape, order, bound, extrapolate):
     _check(input[..., 0], grid, D)
     shape = [int(n) for n in shape]
     B, C, O = input.shape[0], input.shape[1], grid.shape[1:-1]
-    out = input.new_zeros([B, C, *shape])
-    if out.numel() == 0 or input.numel() == 0:
-        return out
+    out = input.new_zeros([B, C, math.prod(shape)])
+    if _empty(input, grid, shape):
+        return out.view(B, C, *shape)
     dims, mask = _prepare(grid, shape, order, bound, extrapolate, 1)
     inp = torch.where(mask.reshape(B, 1, *O, 1), input, 0).reshape(B, C, -1, D)
     comps = [inp[..., d] for d in range(D)]
-    acc = out.view(B, C, -1)
     P = inp.shape[2]
     units = [_unit(D, d) for d in range(D)]
 
@@ -218,74 +234,65 @@ def grid_pushgrad(input, grid, shape, order, bound, extrapolate):
             if units[d] in prods:
                 term = _scaled(comps[d], prods[units[d]])
                 val = term if val is None else val + term
-        acc.scatter_add_(2, lin.unsqueeze(1).expand(B, C, P), val)
+        out.scatter_add_(2, lin.unsqueeze(1).expand(B, C, P), val)
 
     _for_each_tap(dims, units, visit)
-    return out
+    return out.view(B, C, *shape)
 
 
 def grid_grad_dot(weight, input, grid, order, bound, extrapolate):
     """out[b, *O, d] = sum_c weight[b, c, *O] * grid_grad(input)[b, c, *O, d]."""
     D = _check(input, grid, grid.shape[-1])
     B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
-    out = input.new_zeros([D, B, *O])
-    if out.numel() == 0 or input.numel() == 0:
-        return out.movedim(0, -1).contiguous()
+    if _empty(input, grid, S):
+        return input.new_zeros([B, *O, D])
     dims, mask = _prepare(grid, S, order, bound, extrapolate, 1)
     inp = input.reshape(B, C, -1)
     wgt = weight.expand(B, C, *O).reshape(B, C, -1)
-    acc = out.view(D, B, -1)
-    P = acc.shape[-1]
+    P = mask.shape[-1]
     units = [_unit(D, d) for d in range(D)]
+    accs = [None] * D
 
     def visit(lin, prods):
         val = torch.gather(inp, 2, lin.unsqueeze(1).expand(B, C, P))
         val = (val * wgt).sum(1)
         for d in range(D):
             if units[d] in prods:
-                w = prods[units[d]]
-                if isinstance(w, torch.Tensor):
-                    acc[d].addcmul_(val, w)
-                else:
-                    acc[d].add_(val, alpha=w)
+                _acc(accs, d, val, prods[units[d]], channels=False)
 
     _for_each_tap(dims, units, visit)
-    out.masked_fill_(~mask.reshape(1, B, *O), 0)
-    return out.movedim(0, -1).contiguous()
+    out = torch.stack([input.new_zeros([B, P]) if a is None else a for a in accs], -1)
+    out = out.view(B, *O, D)
+    return out.masked_fill_(~mask.reshape(B, *O, 1), 0)
 
 
 def grid_hess_dot(weight, input, grid, order, bound, extrapolate):
     """out[b, *O, e] = sum_c sum_d weight[b, c, *O, d] * H[b, c, *O, d, e] (H: spatial Hessian)."""
     D = _check(input, grid, grid.shape[-1])
     B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
-    out = input.new_zeros([D, B, *O])
-    if out.numel() == 0 or input.numel() == 0:
-        return out.movedim(0, -1).contiguous()
+    if _empty(input, grid, S):
+        return input.new_zeros([B, *O, D])
     dims, mask = _prepare(grid, S, order, bound, extrapolate, 2)
     inp = input.reshape(B, C, -1)
     wgt = weight.expand(B, C, *O, D).reshape(B, C, -1, D)
     wgts = [wgt[..., d] for d in range(D)]
-    acc = out.view(D, B, -1)
-    P = acc.shape[-1]
+    P = mask.shape[-1]
     pairs = {(d, e): _unit(D, d, e) for d in range(D) for e in range(D)}
+    accs = [None] * D
 
     def visit(lin, prods):
         val = torch.gather(inp, 2, lin.unsqueeze(1).expand(B, C, P))
         q = {}  # q[d] = sum_c weight[:, c, :, d] * val[:, c, :], computed once if needed
         for (d, e), alpha in pairs.items():
-            if alpha not in prods:
-                continue
-            if d not in q:
-                q[d] = (val * wgts[d]).sum(1)
-            w = prods[alpha]
-            if isinstance(w, torch.Tensor):
-                acc[e].addcmul_(q[d], w)
-            else:
-                acc[e].add_(q[d], alpha=w)
+            if alpha in prods:
+                if d not in q:
+                    q[d] = (val * wgts[d]).sum(1)
+                _acc(accs, e, q[d], prods[alpha], channels=False)
 
     _for_each_tap(dims, sorted(set(pairs.values())), visit)
-    out.masked_fill_(~mask.reshape(1, B, *O), 0)
-    return out.movedim(0, -1).contiguous()
+    out = torch.stack([input.new_zeros([B, P]) if a is None else a for a in accs], -1)
+    out = out.view(B, *O, D)
+    return out.masked_fill_(~mask.reshape(B, *O, 1), 0)
 
 
 KERNELS = {
