@@ -36,14 +36,14 @@ struct GradDotOp {
   int64_t C, P;
   int D;
 
-  template <int N0, int N1, int N2, class TP>
-  NJ_INLINE void apply(const Point& pt, const TP& t0, const TP& t1, const TP& t2) const {
+  template <class TP0, class TP1, class TP2>
+  NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
     const T* ib = in + pt.b * sB;
     const T* wp = wt + ws.at(pt);
     T acc[3] = {T(0), T(0), T(0)};
     for (int64_t c = 0; c < C; ++c) {
       T g[3];
-      grad_point<N0, N1, N2>(t0, t1, t2, ib + c * sC, g);
+      grad_point(t0, t1, t2, ib + c * sC, g);
       const T w = wp[c * ws.sC];
       acc[0] += w * g[0];
       acc[1] += w * g[1];
@@ -70,15 +70,15 @@ struct HessDotOp {
   int64_t C, P;
   int D;
 
-  template <int N0, int N1, int N2, class TP>
-  NJ_INLINE void apply(const Point& pt, const TP& t0, const TP& t1, const TP& t2) const {
+  template <class TP0, class TP1, class TP2>
+  NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
     const T* ib = in + pt.b * sB;
     const T* wp = wt + ws.at(pt);
     const int f = 3 - D;
     T acc[3] = {T(0), T(0), T(0)};
     for (int64_t c = 0; c < C; ++c) {
       T h[6];
-      hess_point<N0, N1, N2>(t0, t1, t2, ib + c * sC, h);
+      hess_point(t0, t1, t2, ib + c * sC, h);
       T w[3] = {T(0), T(0), T(0)};
       for (int d = 0; d < D; ++d) w[f + d] = wp[c * ws.sC + d * ws.sD];
       // H = [[h0 h3 h4] [h3 h1 h5] [h4 h5 h2]] (symmetric)

@@ -19,11 +19,11 @@ struct PullOp {
   T* out;  // [B, C, P] contiguous
   int64_t C, P;
 
-  template <int N0, int N1, int N2, class TP>
-  NJ_INLINE void apply(const Point& pt, const TP& t0, const TP& t1, const TP& t2) const {
+  template <class TP0, class TP1, class TP2>
+  NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
     const T* ib = in + pt.b * sB;
     T* ob = out + pt.b * C * P + pt.p;
-    for (int64_t c = 0; c < C; ++c) ob[c * P] = pull_point<N0, N1, N2>(t0, t1, t2, ib + c * sC);
+    for (int64_t c = 0; c < C; ++c) ob[c * P] = pull_point(t0, t1, t2, ib + c * sC);
   }
   void empty(const Point& pt) const {
     T* ob = out + pt.b * C * P + pt.p;
@@ -39,14 +39,14 @@ struct GradOp {
   int64_t C, P;
   int D;
 
-  template <int N0, int N1, int N2, class TP>
-  NJ_INLINE void apply(const Point& pt, const TP& t0, const TP& t1, const TP& t2) const {
+  template <class TP0, class TP1, class TP2>
+  NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
     const T* ib = in + pt.b * sB;
     T* ob = out + (pt.b * C * P + pt.p) * D;
     const int f = 3 - D;
     for (int64_t c = 0; c < C; ++c) {
       T g[3];
-      grad_point<N0, N1, N2>(t0, t1, t2, ib + c * sC, g);
+      grad_point(t0, t1, t2, ib + c * sC, g);
       T* o = ob + c * P * D;
       for (int d = 0; d < D; ++d) o[d] = g[f + d];
     }

@@ -32,14 +32,14 @@ struct PushOp {
   T* out;  // [B, C, N] contiguous
   int64_t C, N;
 
-  template <int N0, int N1, int N2, class TP>
-  NJ_INLINE void apply(const Point& pt, const TP& t0, const TP& t1, const TP& t2) const {
+  template <class TP0, class TP1, class TP2>
+  NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
     const T* ip = in + is.at(pt);
     T* ob = out + pt.b * C * N;
     for (int64_t c = 0; c < C; ++c) {
       const T v = ip[c * is.sC];
       if (v == T(0)) continue;  // adds exactly nothing (weights are finite)
-      push_point<N0, N1, N2, Add>(t0, t1, t2, ob + c * N, v);
+      push_point<Add>(t0, t1, t2, ob + c * N, v);
     }
   }
   void empty(const Point&) const {}
@@ -53,8 +53,8 @@ struct PushGradOp {
   int64_t C, N;
   int D;
 
-  template <int N0, int N1, int N2, class TP>
-  NJ_INLINE void apply(const Point& pt, const TP& t0, const TP& t1, const TP& t2) const {
+  template <class TP0, class TP1, class TP2>
+  NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
     const T* ip = in + is.at(pt);
     T* ob = out + pt.b * C * N;
     const int f = 3 - D;
@@ -66,7 +66,7 @@ struct PushGradOp {
         any = any || (g[f + d] != T(0));
       }
       if (!any) continue;
-      pushgrad_point<N0, N1, N2, Add>(t0, t1, t2, ob + c * N, g[0], g[1], g[2]);
+      pushgrad_point<Add>(t0, t1, t2, ob + c * N, g[0], g[1], g[2]);
     }
   }
   void empty(const Point&) const {}

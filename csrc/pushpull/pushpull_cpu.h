@@ -159,27 +159,25 @@ inline int64_t grain_size(const Geom& G) {
 
 // ---------------------------------------------------------------------------------------------
 // The loop over points [begin, end) of the flattened (B, *O) range.
-// O >= 0: fast path for "every dim has order O" with D real dims (loops unrolled; a point whose
-// support touches a border or a dropped tap uses the runtime-count contraction). O < 0: generic.
-template <typename T, int O, int DIM, int DER, class Op>
-void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const Op& op) {
-  constexpr bool kGeneric = O < 0;
-  constexpr int MAXT = kGeneric ? kMaxTaps : O + 1;
-  constexpr int N = kGeneric ? 0 : O + 1;
-  constexpr int N0 = kGeneric ? 0 : (DIM >= 3 ? N : 1);
-  constexpr int N1 = kGeneric ? 0 : (DIM >= 2 ? N : 1);
-  constexpr int N2 = N;
-  using TP = Taps<T, MAXT, DER>;
+// O >= 0: fast path for "every dim has order O" with DIM real dims: an interior point (support
+// inside the source on every dim) uses LineTaps (unrolled, in registers), other points use a
+// folded Taps list. O < 0: generic path (runtime orders and D, folded Taps lists of up to 8).
+// The op provides apply(pt, taps0, taps1, taps2) (templated on the tap list types) and
+// empty(pt) for a point that reads nothing.
 
-  const int nd = kGeneric ? G.D : DIM;
+// Iterates the points and hands each one's coordinates (internal dims, with the range and
+// finiteness rules applied) to fn(pt, x, ok).
+template <typename T, int NDIM, class Fn>
+NJ_INLINE void for_points(const Geom& G, const T* grid, int64_t begin, int64_t end, int nd,
+                          Fn&& fn) {
   const int first = 3 - nd;
-  TP t[3];
-  for (int k = 0; k < first; ++k) t[k].set_constant();
-  T hi[3];
-  for (int k = 0; k < 3; ++k) hi[k] = static_cast<T>(G.src[k] - 1) + static_cast<T>(kExtrapolateTol);
   const T lo = -static_cast<T>(kExtrapolateTol);
   const T lim = static_cast<T>(kCoordLimit);
   const bool extrapolate = G.extrapolate;
+  const int64_t gD = G.gD;
+  T hi[3];
+  for (int k = 0; k < 3; ++k)
+    hi[k] = static_cast<T>(G.src[k] - 1) + static_cast<T>(kExtrapolateTol);
 
   Point pt;
   pt.b = begin / G.P;
@@ -192,13 +190,12 @@ void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const 
   }
   for (int64_t q = begin; q < end; ++q) {
     const T* gp = grid + pt.b * G.gB + pt.i[0] * G.g[0] + pt.i[1] * G.g[1] + pt.i[2] * G.g[2];
+    T x[3] = {T(0), T(0), T(0)};
     bool ok = true;
-    T x[3];
-    for (int d = 0; d < nd; ++d) {
-      const int k = first + d;
-      T v = gp[d * G.gD];
+    for (int k = 2; k >= first; --k) {
+      T v = gp[(k - first) * gD];
       if (!extrapolate) {
-        if (!(v >= lo && v <= hi[k])) ok = false;  // also rejects NaN
+        ok = ok && (v >= lo && v <= hi[k]);  // false for NaN
       } else if (!(std::abs(v) <= lim)) {
         if (std::isfinite(v))
           v = v > 0 ? lim : -lim;
@@ -207,24 +204,7 @@ void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const 
       }
       x[k] = v;
     }
-    if (ok) {
-      bool full = true;
-      for (int d = 0; d < nd; ++d) {
-        const int k = first + d;
-        if constexpr (kGeneric) {
-          make_taps_rt<DER>(G.order[k], x[k], G.src[k], G.bound[k], G.sst[k], t[k]);
-        } else {
-          make_taps<(kGeneric ? 0 : O)>(x[k], G.src[k], G.bound[k], G.sst[k], t[k]);
-          full = full && (t[k].n == N);
-        }
-      }
-      if (!kGeneric && full)
-        op.template apply<N0, N1, N2>(pt, t[0], t[1], t[2]);
-      else
-        op.template apply<0, 0, 0>(pt, t[0], t[1], t[2]);
-    } else {
-      op.empty(pt);
-    }
+    fn(pt, x, ok);
     // next point
     ++pt.p;
     if (++pt.i[2] == G.pts[2]) {
@@ -238,6 +218,62 @@ void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const 
         }
       }
     }
+  }
+}
+
+template <typename T, int O, int DIM, int DER, class Op>
+void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const Op& op) {
+  if constexpr (O < 0) {
+    // generic
+    using TP = Taps<T, kMaxTaps, DER>;
+    TP t[3];
+    const int first = 3 - G.D;
+    for (int k = 0; k < first; ++k) t[k].set_unit();
+    for_points<T, 0>(G, grid, begin, end, G.D, [&](const Point& pt, const T* x, bool ok) {
+      if (!ok) return op.empty(pt);
+      for (int k = first; k < 3; ++k) {
+        make_taps_rt<DER>(G.order[k], x[k], G.src[k], G.bound[k], G.sst[k], t[k]);
+        if (t[k].n == 0) return op.empty(pt);  // every tap reads zero
+      }
+      op.apply(pt, t[0], t[1], t[2]);
+    });
+  } else {
+    constexpr int N = O + 1;
+    using LT = LineTaps<T, N, DER>;
+    using FT = Taps<T, N, DER>;
+    const UnitTaps<T> unit;
+    for_points<T, DIM>(G, grid, begin, end, DIM, [&](const Point& pt, const T* x, bool ok) {
+      if (!ok) return op.empty(pt);
+      T u[3];
+      int64_t i0[3];
+      bool inside = true;
+      for (int k = 3 - DIM; k < 3; ++k) {
+        i0[k] = spline_start<O>(x[k], u[k]);
+        inside = inside && taps_inside<O>(i0[k], G.src[k]);
+      }
+      if (inside) {
+        LT l[3];
+        for (int k = 3 - DIM; k < 3; ++k) line_taps<O, DER>(i0[k], u[k], G.sst[k], l[k]);
+        if constexpr (DIM == 3)
+          op.apply(pt, l[0], l[1], l[2]);
+        else if constexpr (DIM == 2)
+          op.apply(pt, unit, l[1], l[2]);
+        else
+          op.apply(pt, unit, unit, l[2]);
+      } else {
+        FT f[3];
+        for (int k = 3 - DIM; k < 3; ++k) {
+          make_taps<O>(x[k], G.src[k], G.bound[k], G.sst[k], f[k]);
+          if (f[k].n == 0) return op.empty(pt);
+        }
+        if constexpr (DIM == 3)
+          op.apply(pt, f[0], f[1], f[2]);
+        else if constexpr (DIM == 2)
+          op.apply(pt, unit, f[1], f[2]);
+        else
+          op.apply(pt, unit, unit, f[2]);
+      }
+    });
   }
 }
 
