@@ -1,17 +1,15 @@
 // CPU kernels of module "splinc": interpolating B-spline coefficients.
 //
-// Filtering along one dim: the lines along that dim are grouped in tiles of W adjacent
-// lines (adjacent along the other dim of smallest stride, the "lane" dim). A tile is copied
+// Filtering along one dim: tiles of W adjacent lines (nitorch_jit/lines_cpu.h) are copied
 // into a small buffer [n][W], filtered with the recursions vectorised across the W lanes
-// (nitorch_jit/splinc.h), and written back. The tiles are distributed by at::parallel_for.
-// A strided dim thus reads whole cache lines, and the contiguous dim is transposed on load.
+// (nitorch_jit/splinc.h), and written back; at::parallel_for distributes the tiles.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <vector>
 
+#include "nitorch_jit/lines_cpu.h"
 #include "nitorch_jit/splinc.h"
 
 namespace nitorch_jit {
@@ -19,112 +17,24 @@ namespace {
 
 using splinc::LinePlan;
 
-template <typename T>
-struct Lanes { static constexpr int W = 16; };
-template <>
-struct Lanes<double> { static constexpr int W = 8; };
-
 // Filter src along dim d into dst (same sizes, any strides; dst may alias src exactly).
 template <typename T>
 void filter_dim(const at::Tensor& src, const at::Tensor& dst, int64_t d, const LinePlan& plan) {
-  constexpr int W = Lanes<T>::W;
-  const int64_t D = src.dim();
+  constexpr int W = lines::Lanes<T>::W;
   const int64_t n = src.size(d);
-  const int64_t sN = src.stride(d), dN = dst.stride(d);
-
-  // lane dim: the other dim of size > 1 with the smallest dst stride
-  int64_t lane = -1;
-  for (int64_t k = 0; k < D; ++k) {
-    if (k == d || src.size(k) < 2) continue;
-    if (lane < 0 || std::abs(dst.stride(k)) < std::abs(dst.stride(lane))) lane = k;
-  }
-  const int64_t nlane = lane < 0 ? 1 : src.size(lane);
-  const int64_t sL = lane < 0 ? 0 : src.stride(lane), dL = lane < 0 ? 0 : dst.stride(lane);
-  // the remaining ("outer") dims
-  std::vector<int64_t> osize, ostride_s, ostride_d;
-  for (int64_t k = 0; k < D; ++k) {
-    if (k == d || k == lane || src.size(k) < 2) continue;
-    osize.push_back(src.size(k));
-    ostride_s.push_back(src.stride(k));
-    ostride_d.push_back(dst.stride(k));
-  }
-  int64_t nouter = 1;
-  for (auto s : osize) nouter *= s;
-  const int64_t tiles_per_outer = (nlane + W - 1) / W;
-  const int64_t ntiles = nouter * tiles_per_outer;
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n * W));
-  const bool lane_fast_s = std::abs(sL) <= std::abs(sN);  // load rows (i outer) if lanes are closer
-  const bool lane_fast_d = std::abs(dL) <= std::abs(dN);
-
+  const lines::Tiling tl(src, dst, d, W);
   const T* sp = src.const_data_ptr<T>();
   T* dp = dst.data_ptr<T>();
-
-  at::parallel_for(0, ntiles, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, tl.ntiles, lines::grain(n, W), [&](int64_t begin, int64_t end) {
     std::vector<T> buf(n * W, T(0));
     T* b = buf.data();
     for (int64_t t = begin; t < end; ++t) {
-      int64_t o = t / tiles_per_outer;
-      const int64_t l0 = (t % tiles_per_outer) * W;
-      const int nl = (int)std::min<int64_t>(W, nlane - l0);
-      int64_t so = l0 * sL, dof = l0 * dL;
-      for (int64_t k = (int64_t)osize.size() - 1; k >= 0; --k) {
-        const int64_t i = o % osize[k];
-        o /= osize[k];
-        so += i * ostride_s[k];
-        dof += i * ostride_d[k];
-      }
-      const T* s0 = sp + so;
-      T* d0 = dp + dof;
-      // load
-      if (nl < W) std::fill(b, b + n * W, T(0));
-      if (lane_fast_s) {
-        if (sL == 1) {
-          for (int64_t i = 0; i < n; ++i) {
-            const T* r = s0 + i * sN;
-            T* q = b + i * W;
-            if (nl == W) for (int w = 0; w < W; ++w) q[w] = r[w];
-            else for (int w = 0; w < nl; ++w) q[w] = r[w];
-          }
-        } else {
-          for (int64_t i = 0; i < n; ++i)
-            for (int w = 0; w < nl; ++w) b[i * W + w] = s0[i * sN + w * sL];
-        }
-      } else {
-        if (sN == 1) {
-          for (int w = 0; w < nl; ++w) {
-            const T* r = s0 + w * sL;
-            for (int64_t i = 0; i < n; ++i) b[i * W + w] = r[i];
-          }
-        } else {
-          for (int w = 0; w < nl; ++w)
-            for (int64_t i = 0; i < n; ++i) b[i * W + w] = s0[i * sN + w * sL];
-        }
-      }
+      int64_t so, dof;
+      int nl;
+      tl.tile(t, W, so, dof, nl);
+      lines::load<W>(sp + so, n, tl.sN, tl.sL, nl, b);
       splinc::filter_lanes<W, T>(b, W, plan);
-      // store
-      if (lane_fast_d) {
-        if (dL == 1) {
-          for (int64_t i = 0; i < n; ++i) {
-            T* r = d0 + i * dN;
-            const T* q = b + i * W;
-            if (nl == W) for (int w = 0; w < W; ++w) r[w] = q[w];
-            else for (int w = 0; w < nl; ++w) r[w] = q[w];
-          }
-        } else {
-          for (int64_t i = 0; i < n; ++i)
-            for (int w = 0; w < nl; ++w) d0[i * dN + w * dL] = b[i * W + w];
-        }
-      } else {
-        if (dN == 1) {
-          for (int w = 0; w < nl; ++w) {
-            T* r = d0 + w * dL;
-            for (int64_t i = 0; i < n; ++i) r[i] = b[i * W + w];
-          }
-        } else {
-          for (int w = 0; w < nl; ++w)
-            for (int64_t i = 0; i < n; ++i) d0[i * dN + w * dL] = b[i * W + w];
-        }
-      }
+      lines::store<W>(dp + dof, n, tl.dN, tl.dL, nl, b);
     }
   });
 }

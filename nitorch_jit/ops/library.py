@@ -26,6 +26,13 @@ MODULES = {
         "spline_coeff_nd": "(Tensor input, int[] order, int[] bound, int[] dim, bool adjoint) -> Tensor",
         "spline_coeff_nd_": "(Tensor(a!) input, int[] order, int[] bound, int[] dim, bool adjoint) -> ()",
     },
+    # separable resizing of the last len(shape) dims: output index o of dim d samples the
+    # (prefiltered) input at x = scale[d] * o + shift[d]. resize_adjoint is its transpose:
+    # input [..., *m] (the forward's output), shape = the forward's input spatial shape.
+    "resize": {
+        "resize": "(Tensor input, int[] shape, float[] scale, float[] shift, int[] order, int[] bound, bool prefilter) -> Tensor",
+        "resize_adjoint": "(Tensor input, int[] shape, float[] scale, float[] shift, int[] order, int[] bound, bool prefilter) -> Tensor",
+    },
 }
 
 

@@ -3,9 +3,10 @@
 ``KERNELS`` maps an op name of the ``nitorch_jit`` namespace to its function; it is the
 plain merge of the per-module ``KERNELS`` dicts.
 """
-from . import pushpull, splinc
+from . import pushpull, resize, splinc
 
 KERNELS = {
     **pushpull.KERNELS,
     **splinc.KERNELS,
+    **resize.KERNELS,
 }

@@ -1,0 +1,308 @@
+"""Resizing: resize, restrict (its adjoint), prolong (multigrid) and resize_grid.
+
+Images are ``[*batch, C, *spatial]``; only the spatial dims are resized. The number of spatial
+dims D is the length of any list given for factor / shape / anchor / interpolation / bound,
+else ``image.dim() - 2``; a scalar applies to every spatial dim.
+
+Anchors (per dim; n input voxels, m output voxels, f the factor; output voxel o samples the
+input at x = scale * o + shift, in voxels):
+
+- ``'c'`` centres: the centres of the first and last voxels are aligned:
+  scale = (n-1)/(m-1), shift = 0. With n == 1 or m == 1 this is undefined; edges are used.
+- ``'e'`` edges: the outer edges are aligned (scipy.ndimage.zoom(grid_mode=True),
+  torch interpolate(align_corners=False)): scale = n/m, shift = (scale-1)/2.
+- ``'f'`` first: the first voxel centre is kept and the voxel size divided by f:
+  scale = 1/f, shift = 0 (an integer factor subsamples like ``x[::f]`` when f < 1).
+- ``'l'`` last: the last voxel centre is kept: scale = 1/f, shift = (n-1) - (m-1)/f.
+
+The output shape is ``shape`` when given, else floor(n * f). For 'f' and 'l' without a
+factor, f = m/n. The kernels are separable 1-D passes (no dense sampling grid); see
+csrc/resize and nitorch_jit/torch_impl/resize.py. Differences from NITorch's C resize
+(§7.5 of the reference notes): no NaN for size-1 dims with centre anchors, normalisation by
+the product of the per-dim scales (not its powers), one formula for 'last' everywhere.
+"""
+import math
+
+import torch
+
+from .. import backend
+from . import library  # noqa: F401  (defines the schemas)
+from .options import bound_codes, check_tensor, order_codes
+
+_ops = torch.ops.nitorch_jit
+_MODULE = "resize"
+_HALF = (torch.float16, torch.bfloat16)
+_ANCHORS = {"c": "c", "center": "c", "centers": "c", "centre": "c", "centres": "c",
+            "e": "e", "edge": "e", "edges": "e",
+            "f": "f", "first": "f",
+            "l": "l", "last": "l"}
+
+try:
+    _is_compiling = torch.compiler.is_compiling
+except AttributeError:  # torch < 2.3
+    _is_compiling = torch._dynamo.is_compiling
+
+
+def _ensure(device):
+    if not _is_compiling():
+        backend.ensure(_MODULE, device)
+
+
+# ----------------------------------------------------------------------------- fake kernels
+def _fake(input, shape, scale, shift, order, bound, prefilter):
+    backend.ensure(_MODULE, input.device)
+    return input.new_empty(list(input.shape[:input.dim() - len(shape)]) + list(shape))
+
+
+torch.library.register_fake("nitorch_jit::resize", _fake)
+torch.library.register_fake("nitorch_jit::resize_adjoint", _fake)
+
+
+# ----------------------------------------------------------------------------- autograd
+def _setup(ctx, inputs, output):
+    input, shape = inputs[0], inputs[1]
+    ctx.in_shape = list(input.shape[input.dim() - len(shape):])
+    ctx.opts = inputs[2:]  # scale, shift, order, bound, prefilter
+
+
+def _resize_backward(ctx, grad):
+    return _ops.resize_adjoint(grad, ctx.in_shape, *ctx.opts), None, None, None, None, None, None
+
+
+def _adjoint_backward(ctx, grad):
+    return _ops.resize(grad, ctx.in_shape, *ctx.opts), None, None, None, None, None, None
+
+
+torch.library.register_autograd("nitorch_jit::resize", _resize_backward, setup_context=_setup)
+torch.library.register_autograd("nitorch_jit::resize_adjoint", _adjoint_backward,
+                                setup_context=_setup)
+
+
+# ----------------------------------------------------------------------------- arguments
+def _listlen(*values):
+    lengths = [len(v) for v in values if isinstance(v, (list, tuple, torch.Size))]
+    return max(lengths) if lengths else None
+
+
+def _per_dim(value, dim, argname):
+    if isinstance(value, (list, tuple, torch.Size)):
+        value = list(value)
+        if not value:
+            raise ValueError(f"{argname}: expected a value or a list of up to {dim} values, got []")
+        if len(value) > dim:
+            raise ValueError(f"{argname}: got {len(value)} values for {dim} spatial dimensions")
+        return value + value[-1:] * (dim - len(value))
+    return [value] * dim
+
+
+def _spatial_dim(image, *lists):
+    check_tensor(image, "image", floating=False)
+    if not image.is_floating_point() or image.is_complex():
+        raise TypeError(f"image: expected a floating-point tensor, got {image.dtype}")
+    dim = _listlen(*lists)
+    if dim is None:
+        dim = image.dim() - 2
+        if dim < 1:
+            raise ValueError(f"image: expected [*batch, C, *spatial], got shape "
+                             f"{tuple(image.shape)}; pass shape or factor as a list to say how "
+                             f"many spatial dims there are")
+    if dim > image.dim():
+        raise ValueError(f"image: {dim} spatial dims requested but image has shape "
+                         f"{tuple(image.shape)}")
+    return dim
+
+
+def _factors(factor, dim):
+    if factor is None:
+        return None
+    out = []
+    for f in _per_dim(factor, dim, "factor"):
+        if isinstance(f, bool) or not isinstance(f, (int, float)):
+            raise TypeError(f"factor: expected positive numbers, got {f!r}")
+        if not (f > 0 and math.isfinite(f)):
+            raise ValueError(f"factor: expected positive numbers, got {f!r}")
+        out.append(float(f))
+    return out
+
+
+def _shapes(shape, dim):
+    if shape is None:
+        return None
+    out = []
+    for s in _per_dim(shape, dim, "shape"):
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise TypeError(f"shape: expected positive ints, got {s!r}")
+        if s < 1:
+            raise ValueError(f"shape: expected positive ints, got {s!r}")
+        out.append(int(s))
+    return out
+
+
+def _anchors(anchor, dim):
+    out = []
+    for a in _per_dim(anchor, dim, "anchor"):
+        if not isinstance(a, str) or a.lower() not in _ANCHORS:
+            raise ValueError(f"anchor: unknown anchor {a!r}; expected one of 'c' (centers), "
+                             f"'e' (edges), 'f' (first), 'l' (last)")
+        out.append(_ANCHORS[a.lower()])
+    return out
+
+
+def _affine(anchor, n, m, f):
+    """(scale, shift) of the map output index -> input coordinate, for one dim."""
+    if anchor == "c" and (n == 1 or m == 1):
+        anchor = "e"
+    if anchor == "c":
+        return (n - 1) / (m - 1), 0.0
+    if anchor == "e":
+        scale = n / m
+        return scale, 0.5 * (scale - 1)
+    f = f if f is not None else m / n
+    if anchor == "f":
+        return 1 / f, 0.0
+    return 1 / f, (n - 1) - (m - 1) / f
+
+
+def _out_shape(nin, factor, shape, enlarge):
+    """Output sizes: `shape`, else floor(n * f) (enlarge) or floor(n / f) (restrict), >= 1.
+
+    The floor forgives a relative rounding error of 1e-7 (so 3 * (1/3) gives 1)."""
+    if factor is None and shape is None:
+        raise ValueError("one of factor or shape must be given")
+    if shape is not None:
+        return shape
+    out = []
+    for n, f in zip(nin, factor):
+        v = n * f if enlarge else n / f
+        out.append(max(1, int(math.floor(v + 1e-7 * max(1.0, v)))))
+    return out
+
+
+def _run(op, image, shape, scale, shift, order, bound, prefilter):
+    dtype = image.dtype
+    x = image.float() if dtype in _HALF else image
+    _ensure(x.device)
+    out = op(x, list(shape), [float(s) for s in scale], [float(s) for s in shift],
+             list(order), list(bound), bool(prefilter))
+    return out.to(dtype)
+
+
+# ----------------------------------------------------------------------------- public API
+def resize(image, factor=None, shape=None, anchor="c", interpolation=1, prefilter=True,
+           bound="dct2"):
+    """Resize the spatial dims of `image` [*batch, C, *spatial] by `factor` or to `shape`.
+
+    Parameters
+    ----------
+    image : tensor [*batch, C, *spatial]
+    factor : float or list[float], > 1 enlarges (smaller voxels)
+    shape : int or list[int], output spatial shape
+    anchor : {'c', 'e', 'f', 'l'} or list (see the module docstring)
+    interpolation : spline order 0..7 or name, or a list
+    prefilter : bool, interpolate (apply the spline prefilter first) for orders >= 2
+    bound : boundary condition, or a list (default 'dct2')
+
+    Returns
+    -------
+    tensor [*batch, C, *shape]
+    """
+    dim = _spatial_dim(image, factor, shape, anchor, interpolation, bound)
+    factors, shapes = _factors(factor, dim), _shapes(shape, dim)
+    anchors = _anchors(anchor, dim)
+    order, bounds = order_codes(interpolation, dim), bound_codes(bound, dim)
+    if not isinstance(prefilter, bool):
+        raise TypeError(f"prefilter: expected True or False, got {prefilter!r}")
+    nin = list(image.shape[image.dim() - dim:])
+    shapes = _out_shape(nin, factors, shapes, True)
+    aff = [_affine(a, n, m, None if factors is None else f)
+           for a, n, m, f in zip(anchors, nin, shapes, factors or [None] * dim)]
+    return _run(_ops.resize, image, shapes, [a[0] for a in aff], [a[1] for a in aff],
+                order, bounds, prefilter)
+
+
+def restrict(image, factor=None, shape=None, anchor="c", interpolation=1, reduce_sum=False,
+             bound="dct2"):
+    """Restrict `image` [*batch, C, *spatial] to a coarser grid: the adjoint of resize.
+
+    With reduce_sum=True, ``restrict(y, factor=f, shape=m)`` is exactly the transpose of
+    ``resize(x, factor=f, shape=n, prefilter=False)`` mapping m voxels to n (same anchor,
+    interpolation and bound): <resize(x), y> == <x, restrict(y)>. Otherwise the result is
+    normalised (multiplied by the product of the per-dim scales) so that a constant image
+    stays about constant. `factor` > 1 shrinks: the default output shape is floor(n / f).
+    The multigrid restriction matching ``prolong`` is ``restrict(x, 2, anchor='e')``.
+    """
+    dim = _spatial_dim(image, factor, shape, anchor, interpolation, bound)
+    factors, shapes = _factors(factor, dim), _shapes(shape, dim)
+    anchors = _anchors(anchor, dim)
+    order, bounds = order_codes(interpolation, dim), bound_codes(bound, dim)
+    if not isinstance(reduce_sum, bool):
+        raise TypeError(f"reduce_sum: expected True or False, got {reduce_sum!r}")
+    nfine = list(image.shape[image.dim() - dim:])
+    shapes = _out_shape(nfine, factors, shapes, False)
+    # the resize being transposed maps the coarse grid (shapes) onto the fine one (nfine)
+    aff = [_affine(a, m, n, None if factors is None else f)
+           for a, n, m, f in zip(anchors, nfine, shapes, factors or [None] * dim)]
+    out = _run(_ops.resize_adjoint, image, shapes, [a[0] for a in aff], [a[1] for a in aff],
+               order, bounds, False)
+    if not reduce_sum:
+        out = out * math.prod(a[0] for a in aff)
+    return out
+
+
+def prolong(image, factor=2, shape=None, bound="dct2"):
+    """Multigrid prolongation: quadratic B-spline, edge-aligned, no prefilter (smoothing).
+
+    ``image`` [*batch, C, *spatial] -> [*batch, C, *shape] (default floor(n * factor)). Its
+    restriction partner is ``restrict(x, factor, anchor='e')`` (linear, averaging).
+    """
+    return resize(image, factor=factor, shape=shape, anchor="e", interpolation=2,
+                  prefilter=False, bound=bound)
+
+
+def resize_grid(grid, factor=None, shape=None, anchor="c", interpolation=1, prefilter=True,
+                bound="dct2", type="displacement"):
+    """Resize a displacement field (or a transformation grid) `grid` [*batch, *spatial, D].
+
+    The field is resized like an image (its D components as channels) and each component is
+    rescaled to the voxel size of the output: component d is divided by the scale of dim d
+    (input voxels per output voxel). type='grid' takes absolute voxel coordinates: the
+    identity is removed before and the output identity added after.
+    """
+    check_tensor(grid, "grid")
+    if grid.dim() < 2:
+        raise ValueError(f"grid: expected [*batch, *spatial, D], got shape {tuple(grid.shape)}")
+    dim = grid.shape[-1]
+    if grid.dim() < dim + 1:
+        raise ValueError(f"grid: expected [*batch, *spatial({dim} dims), {dim}], got shape "
+                         f"{tuple(grid.shape)}")
+    if type not in ("displacement", "grid"):
+        raise ValueError(f"type: expected 'displacement' or 'grid', got {type!r}")
+    for name, v in (("factor", factor), ("shape", shape), ("anchor", anchor),
+                    ("interpolation", interpolation), ("bound", bound)):
+        if isinstance(v, (list, tuple)) and len(v) > dim:
+            raise ValueError(f"{name}: got {len(v)} values for a {dim}-D grid")
+    factors, shapes = _factors(factor, dim), _shapes(shape, dim)
+    anchors = _anchors(anchor, dim)
+    nin = list(grid.shape[-dim - 1:-1])
+    shapes = _out_shape(nin, factors, shapes, True)
+    aff = [_affine(a, n, m, None if factors is None else f)
+           for a, n, m, f in zip(anchors, nin, shapes, factors or [None] * dim)]
+    disp = grid
+    if type == "grid":
+        disp = grid - _identity(nin, grid)
+    img = disp.movedim(-1, -dim - 1)
+    if not isinstance(prefilter, bool):
+        raise TypeError(f"prefilter: expected True or False, got {prefilter!r}")
+    out = _run(_ops.resize, img, shapes, [a[0] for a in aff], [a[1] for a in aff],
+               order_codes(interpolation, dim), bound_codes(bound, dim), prefilter)
+    out = out.movedim(-dim - 1, -1)
+    inv = torch.tensor([1.0 / a[0] for a in aff], dtype=out.dtype, device=out.device)
+    out = out * inv
+    if type == "grid":
+        out = out + _identity(shapes, out)
+    return out
+
+
+def _identity(shape, like):
+    axes = [torch.arange(s, dtype=like.dtype, device=like.device) for s in shape]
+    return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
