@@ -102,12 +102,42 @@ void gather_tile(const Table<T>& tab, const T* NJ_RESTRICT bin, T* NJ_RESTRICT b
   }
 }
 
-// One pass along d: src (length lin along d) -> dst (length lout = tab.rows along d).
-// Forward: prefilter the loaded lines (plan), then gather. Adjoint: gather (transposed
-// table), then the adjoint prefilter on the result.
+// One 2-D block: nlane lines, of length lin in src and lout (= tab.rows) in dst; element
+// (i, l) at s[i * sN + l * sL] / d[i * dN + l * dL]. Forward: prefilter the loaded lines
+// (plan), then gather. Adjoint: gather (transposed table), then the adjoint prefilter.
+// bi / bo: buffers of lin * W and lout * W.
 template <typename T, bool ADJ, int K>
-void pass_k(const at::Tensor& src, const at::Tensor& dst, int64_t d, const Table<T>& tab,
-            const LinePlan* plan) {
+void block_k(const T* s, int64_t sN, int64_t sL, T* d, int64_t dN, int64_t dL, int64_t nlane,
+             int64_t lin, const Table<T>& tab, const LinePlan* plan, T* bi, T* bo) {
+  constexpr int W = lines::Lanes<T>::W;
+  const int64_t lout = tab.rows;
+  for (int64_t l0 = 0; l0 < nlane; l0 += W) {
+    const int nl = static_cast<int>(std::min<int64_t>(W, nlane - l0));
+    lines::load<W>(s + l0 * sL, lin, sN, sL, nl, bi);
+    if (!ADJ && plan) splinc::filter_lanes<W, T>(bi, W, *plan);
+    gather_tile<T, K>(tab, bi, bo);
+    if (ADJ && plan) splinc::filter_lanes<W, T>(bo, W, *plan);
+    lines::store<W>(d + l0 * dL, lout, dN, dL, nl, bo);
+  }
+}
+
+template <typename T, bool ADJ>
+void block(const T* s, int64_t sN, int64_t sL, T* d, int64_t dN, int64_t dL, int64_t nlane,
+           int64_t lin, const Table<T>& tab, const LinePlan* plan, T* bi, T* bo) {
+  switch (tab.K) {
+#define NJ_BLOCK_CASE(k) \
+    case k: block_k<T, ADJ, k>(s, sN, sL, d, dN, dL, nlane, lin, tab, plan, bi, bo); break;
+    NJ_BLOCK_CASE(1) NJ_BLOCK_CASE(2) NJ_BLOCK_CASE(3) NJ_BLOCK_CASE(4)
+    NJ_BLOCK_CASE(5) NJ_BLOCK_CASE(6) NJ_BLOCK_CASE(7) NJ_BLOCK_CASE(8)
+#undef NJ_BLOCK_CASE
+    default: block_k<T, ADJ, 0>(s, sN, sL, d, dN, dL, nlane, lin, tab, plan, bi, bo);  // runtime K
+  }
+}
+
+// One pass along d over whole tensors, parallel over tiles of W lines.
+template <typename T, bool ADJ>
+void pass(const at::Tensor& src, const at::Tensor& dst, int64_t d, const Table<T>& tab,
+          const LinePlan* plan) {
   constexpr int W = lines::Lanes<T>::W;
   const int64_t lin = src.size(d), lout = dst.size(d);
   const lines::Tiling tl(src, dst, d, W);
@@ -116,35 +146,57 @@ void pass_k(const at::Tensor& src, const at::Tensor& dst, int64_t d, const Table
   at::parallel_for(0, tl.ntiles, lines::grain(std::max(lin, lout) * tab.K, W),
                    [&](int64_t begin, int64_t end) {
     std::vector<T> buf_in(lin * W), buf_out(lout * W);
-    T* bi = buf_in.data();
-    T* bo = buf_out.data();
     for (int64_t t = begin; t < end; ++t) {
       int64_t so, dof;
       int nl;
       tl.tile(t, W, so, dof, nl);
-      lines::load<W>(sp + so, lin, tl.sN, tl.sL, nl, bi);
-      if (!ADJ && plan) splinc::filter_lanes<W, T>(bi, W, *plan);
-      gather_tile<T, K>(tab, bi, bo);
-      if (ADJ && plan) splinc::filter_lanes<W, T>(bo, W, *plan);
-      lines::store<W>(dp + dof, lout, tl.dN, tl.dL, nl, bo);
+      block<T, ADJ>(sp + so, tl.sN, tl.sL, dp + dof, tl.dN, tl.dL, nl, lin, tab, plan,
+                    buf_in.data(), buf_out.data());
     }
   });
 }
 
+// Two passes fused, along dims p then q, slab by slab: a slab is one index of every other
+// dim; its intermediate [lout_p][lin_q] lives in a per-thread buffer (cache), so the
+// intermediate tensor is never allocated nor written to memory.
 template <typename T, bool ADJ>
-void pass(const at::Tensor& src, const at::Tensor& dst, int64_t d, const Table<T>& tab,
-          const LinePlan* plan) {
-  switch (tab.K) {
-    case 1: pass_k<T, ADJ, 1>(src, dst, d, tab, plan); break;
-    case 2: pass_k<T, ADJ, 2>(src, dst, d, tab, plan); break;
-    case 3: pass_k<T, ADJ, 3>(src, dst, d, tab, plan); break;
-    case 4: pass_k<T, ADJ, 4>(src, dst, d, tab, plan); break;
-    case 5: pass_k<T, ADJ, 5>(src, dst, d, tab, plan); break;
-    case 6: pass_k<T, ADJ, 6>(src, dst, d, tab, plan); break;
-    case 7: pass_k<T, ADJ, 7>(src, dst, d, tab, plan); break;
-    case 8: pass_k<T, ADJ, 8>(src, dst, d, tab, plan); break;
-    default: pass_k<T, ADJ, 0>(src, dst, d, tab, plan); break;  // runtime K
+void fused_pass(const at::Tensor& src, const at::Tensor& dst, int64_t p, int64_t q,
+                const Table<T>& tab_p, const LinePlan* plan_p, const Table<T>& tab_q,
+                const LinePlan* plan_q) {
+  constexpr int W = lines::Lanes<T>::W;
+  const int64_t lin_p = src.size(p), lout_p = dst.size(p);
+  const int64_t lin_q = src.size(q), lout_q = dst.size(q);
+  std::vector<int64_t> osize, os, od;
+  for (int64_t k = 0; k < src.dim(); ++k) {
+    if (k == p || k == q) continue;
+    osize.push_back(src.size(k));
+    os.push_back(src.stride(k));
+    od.push_back(dst.stride(k));
   }
+  int64_t nslab = 1;
+  for (auto v : osize) nslab *= v;
+  const T* sp = src.const_data_ptr<T>();
+  T* dp = dst.data_ptr<T>();
+  const int64_t sp_ = src.stride(p), sq_ = src.stride(q), dp_ = dst.stride(p), dq_ = dst.stride(q);
+  const int64_t lmax = std::max({lin_p, lout_p, lin_q, lout_q});
+  at::parallel_for(0, nslab, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> mid(lout_p * lin_q), bi(lmax * W), bo(lmax * W);
+    for (int64_t t = begin; t < end; ++t) {
+      int64_t o = t, so = 0, dof = 0;
+      for (int64_t k = static_cast<int64_t>(osize.size()) - 1; k >= 0; --k) {
+        const int64_t i = o % osize[k];
+        o /= osize[k];
+        so += i * os[k];
+        dof += i * od[k];
+      }
+      // along p: src slab -> mid [lout_p][lin_q] (lanes along q, contiguous in mid)
+      block<T, ADJ>(sp + so, sp_, sq_, mid.data(), lin_q, 1, lin_q, lin_p, tab_p, plan_p,
+                    bi.data(), bo.data());
+      // along q: mid -> dst slab (lanes along p)
+      block<T, ADJ>(mid.data(), 1, lin_q, dp + dof, dq_, dp_, lout_p, lin_q, tab_q, plan_q,
+                    bi.data(), bo.data());
+    }
+  });
 }
 
 void check_args(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<double> scale,
@@ -175,8 +227,7 @@ template <bool ADJ>
 at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<double> scale,
                at::ArrayRef<double> shift, at::IntArrayRef order, at::IntArrayRef bound,
                bool prefilter) {
-  const char* name = ADJ ? "resize_adjoint" : "resize";
-  check_args(input, shape, scale, shift, order, bound, name);
+  check_args(input, shape, scale, shift, order, bound, ADJ ? "resize_adjoint" : "resize");
   const int64_t D = static_cast<int64_t>(shape.size());
   const int64_t off = input.dim() - D;
   std::vector<int64_t> sizes(input.sizes().begin(), input.sizes().end());
@@ -187,29 +238,69 @@ at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<doub
     return shape[a] * sizes[off + b] < shape[b] * sizes[off + a];
   });
   const bool dbl = input.scalar_type() == at::kDouble;
-  at::Tensor cur = input;
-  bool fresh = false;  // cur is a tensor we allocated
-  bool empty = input.numel() == 0;
-  for (int64_t i : dims) {
-    const int64_t lin = sizes[off + i], lout = shape[i];
-    const int64_t n = ADJ ? lout : lin, m = ADJ ? lin : lout;
+  // the passes to do (identity dims skipped), in order
+  struct Step {
+    int64_t i, lin, lout;
+    bool filt;
     LinePlan plan;
-    const bool filt = prefilter && splinc::make_plan((int)order[i], (int)bound[i], n, dbl, ADJ, plan);
-    if (!filt && n == m && scale[i] == 1.0 && shift[i] == 0.0 && order[i] <= 1) continue;
-    sizes[off + i] = lout;
-    at::Tensor next = at::empty(sizes, input.options());
-    if (!empty && next.numel() > 0) {
-      AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "resize", [&] {
-        const Table<scalar_t> fwd =
-            forward_table<scalar_t>((int)order[i], (int)bound[i], n, m, scale[i], shift[i]);
-        pass<scalar_t, ADJ>(cur, next, off + i, ADJ ? adjoint_table(fwd, n) : fwd,
-                            filt ? &plan : nullptr);
-      });
-    }
-    cur = next;
-    fresh = true;
+  };
+  std::vector<Step> steps;
+  steps.reserve(D);
+  for (int64_t i : dims) {
+    Step st;
+    st.i = i;
+    st.lin = sizes[off + i];
+    st.lout = shape[i];
+    const int64_t n = ADJ ? st.lout : st.lin, m = ADJ ? st.lin : st.lout;
+    st.filt = prefilter && splinc::make_plan((int)order[i], (int)bound[i], n, dbl, ADJ, st.plan);
+    if (!st.filt && n == m && scale[i] == 1.0 && shift[i] == 0.0 && order[i] <= 1) continue;
+    steps.push_back(st);
   }
-  if (!fresh) return input.clone(at::MemoryFormat::Contiguous);
+  if (steps.empty()) return input.clone(at::MemoryFormat::Contiguous);
+  // fuse the last two passes when there are enough slabs and a slab fits in cache
+  bool fuse = false;
+  if (steps.size() >= 2) {
+    const Step& a = steps[steps.size() - 2];
+    const Step& b = steps.back();
+    std::vector<int64_t> before = sizes;  // sizes entering the fused pass
+    for (size_t k = 0; k + 2 < steps.size(); ++k) before[off + steps[k].i] = steps[k].lout;
+    int64_t nslab = 1;
+    for (int64_t k = 0; k < input.dim(); ++k)
+      if (k != off + a.i && k != off + b.i) nslab *= before[k];
+    const int64_t slab_bytes = a.lout * b.lin * input.element_size();
+    fuse = nslab >= 4 * at::get_num_threads() && slab_bytes <= (int64_t(4) << 20);
+  }
+  at::Tensor cur = input;
+  const bool empty = input.numel() == 0;
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "resize", [&] {
+    auto table = [&](const Step& st) {
+      const int64_t n = ADJ ? st.lout : st.lin, m = ADJ ? st.lin : st.lout;
+      Table<scalar_t> fwd = forward_table<scalar_t>((int)order[st.i], (int)bound[st.i], n, m,
+                                                    scale[st.i], shift[st.i]);
+      return ADJ ? adjoint_table(fwd, n) : fwd;
+    };
+    const size_t nsingle = steps.size() - (fuse ? 2 : 0);
+    for (size_t k = 0; k < nsingle; ++k) {
+      const Step& st = steps[k];
+      sizes[off + st.i] = st.lout;
+      at::Tensor next = at::empty(sizes, input.options());
+      if (!empty && next.numel() > 0)
+        pass<scalar_t, ADJ>(cur, next, off + st.i, table(st), st.filt ? &st.plan : nullptr);
+      cur = next;
+    }
+    if (fuse) {
+      const Step& a = steps[nsingle];
+      const Step& b = steps[nsingle + 1];
+      sizes[off + a.i] = a.lout;
+      sizes[off + b.i] = b.lout;
+      at::Tensor next = at::empty(sizes, input.options());
+      if (!empty && next.numel() > 0)
+        fused_pass<scalar_t, ADJ>(cur, next, off + a.i, off + b.i, table(a),
+                                  a.filt ? &a.plan : nullptr, table(b),
+                                  b.filt ? &b.plan : nullptr);
+      cur = next;
+    }
+  });
   return cur;
 }
 
