@@ -249,3 +249,31 @@ def test_torch_compile(c_ops):
     x = torch.randn(1, 1, 6, 7)
     f = torch.compile(lambda t: api.resize(t, 2, interpolation=3) + 1, fullgraph=True)
     assert torch.allclose(f(x), api.resize(x, 2, interpolation=3) + 1)
+
+
+def test_torch_backend_subprocess(c_ops, tmp_path):
+    """NI_COMPILED_BACKEND=TORCH serves splinc and resize through the registered twins."""
+    import os
+    import subprocess
+    import sys
+    torch.manual_seed(6)
+    x = torch.randn(2, 1, 7, 6, dtype=torch.float64)
+    torch.save(x, tmp_path / "x.pt")
+    code = (
+        "import torch, sys\n"
+        "from nitorch_jit import backend\n"
+        "from nitorch_jit.ops import resize as R, splinc as S\n"
+        f"x = torch.load({str(tmp_path / 'x.pt')!r})\n"
+        "y = R.resize(x, 1.5, interpolation=3, bound='dct1')\n"
+        "z = R.restrict(x, 2, anchor='e')\n"
+        "c = x.clone(); S.spline_coeff_nd(c, 4, 'dft', dim=2, inplace=True)\n"
+        "assert backend.status()[('resize', 'cpu')][0] == 'TORCH'\n"
+        "assert backend.status()[('splinc', 'cpu')][0] == 'TORCH'\n"
+        f"torch.save((y, z, c), {str(tmp_path / 'out.pt')!r})\n")
+    env = dict(os.environ, NI_COMPILED_BACKEND="TORCH")
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    y, z, c = torch.load(tmp_path / "out.pt")
+    from nitorch_jit.ops import splinc
+    assert torch.allclose(y, api.resize(x, 1.5, interpolation=3, bound="dct1"), atol=1e-10)
+    assert torch.allclose(z, api.restrict(x, 2, anchor="e"), atol=1e-10)
+    assert torch.allclose(c, splinc.spline_coeff_nd(x, 4, "dft", dim=2), atol=1e-10)

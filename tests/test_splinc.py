@@ -157,6 +157,18 @@ def test_identity_pull_3d(c_op):
     assert torch.allclose(y, x, atol=1e-10, rtol=0)
 
 
+def test_identity_public_grid_pull(c_op):
+    """grid_pull(prefilter=True) at the identity grid gives the input back (lengths 1-11)."""
+    import nitorch_jit
+    for n in (1, 2, 5, 11):
+        x = torch.randn(2, 3, n, 4, dtype=torch.float64)
+        grid = nitorch_jit.identity_grid([n, 4], dtype=torch.float64)
+        for order in range(8):
+            for bound in ("dct1", "dct2", "dst1", "dst2", "dft"):
+                y = nitorch_jit.grid_pull(x, grid, order, bound, extrapolate=True, prefilter=True)
+                assert torch.allclose(y, x, atol=1e-10, rtol=0), (n, order, bound)
+
+
 # ----------------------------------------------------------------------------- C vs TORCH
 @pytest.mark.parametrize("shape", [(7,), (5, 9), (3, 17, 20), (4, 1, 33, 5), (2, 70, 3)])
 def test_c_vs_torch(c_op, shape):

@@ -59,9 +59,12 @@ def prefilter(input, order, bound, adjoint=False):
     """Spline coefficients of `input` [..., *spatial] along its last len(order) dims.
 
     `order` and `bound` are lists of kernel codes (already parsed, one per spatial dim), as
-    grid_pull / grid_grad (before sampling) and grid_push (after splatting) hold them.
-    Returns a new tensor; differentiable.
+    grid_pull / grid_grad (before sampling) and grid_push (after splatting, with
+    adjoint=True) hold them. Returns a new tensor (``input`` itself when every order is 0
+    or 1); differentiable.
     """
+    if all(o < 2 for o in order):  # orders 0 and 1 interpolate already: no copy
+        return input
     ndim = len(order)
     dims = list(range(input.dim() - ndim, input.dim()))
     return _run(input, list(order), list(bound), dims, adjoint, inplace=False)
