@@ -249,6 +249,10 @@ def test_torch_compile(c_ops):
     x = torch.randn(1, 1, 6, 7)
     f = torch.compile(lambda t: api.resize(t, 2, interpolation=3) + 1, fullgraph=True)
     assert torch.allclose(f(x), api.resize(x, 2, interpolation=3) + 1)
+    d = torch.randn(5, 6, 2)
+    g = torch.compile(lambda t: api.restrict(api.resize_grid(t, 2), 2, anchor="e"),
+                      fullgraph=True)
+    assert torch.allclose(g(d), api.restrict(api.resize_grid(d, 2), 2, anchor="e"))
 
 
 def test_torch_backend_subprocess(c_ops, tmp_path):

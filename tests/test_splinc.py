@@ -280,3 +280,10 @@ def test_torch_compile(c_op):
     x = torch.randn(2, 8, 9, dtype=torch.float64)
     f = torch.compile(lambda t: api.spline_coeff_nd(t, 3, dim=2) * 2, fullgraph=True)
     assert torch.allclose(f(x), 2 * api.spline_coeff_nd(x, 3, dim=2))
+
+    def g(t):  # the in-place (mutating) op inside a graph
+        u = t * 2
+        api.spline_coeff(u, 5, "dft", dim=1, inplace=True)
+        return u + 1
+
+    assert torch.allclose(torch.compile(g, fullgraph=True)(x), g(x))

@@ -245,7 +245,10 @@ def restrict(image, factor=None, shape=None, anchor="c", interpolation=1, reduce
     out = _run(_ops.resize_adjoint, image, shapes, [a[0] for a in aff], [a[1] for a in aff],
                order, bounds, False)
     if not reduce_sum:
-        out = out * math.prod(a[0] for a in aff)
+        norm = 1.0
+        for a in aff:
+            norm *= a[0]
+        out = out * norm
     return out
 
 
