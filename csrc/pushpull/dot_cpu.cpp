@@ -40,6 +40,15 @@ struct GradDotOp {
   NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
     const T* ib = in + pt.b * sB;
     const T* wp = wt + ws.at(pt);
+    T* o = out + (pt.b * P + pt.p) * D;
+    const int f = 3 - D;
+    if (C == 1) {  // the common case, without the channel loop's hoisted addresses
+      T g[3];
+      grad_point(t0, t1, t2, ib, g);
+      const T w = *wp;
+      for (int d = 0; d < D; ++d) o[d] = w * g[f + d];
+      return;
+    }
     T acc[3] = {T(0), T(0), T(0)};
     for (int64_t c = 0; c < C; ++c) {
       T g[3];
@@ -49,8 +58,6 @@ struct GradDotOp {
       acc[1] += w * g[1];
       acc[2] += w * g[2];
     }
-    T* o = out + (pt.b * P + pt.p) * D;
-    const int f = 3 - D;
     for (int d = 0; d < D; ++d) o[d] = acc[f + d];
   }
   void empty(const Point& pt) const {

@@ -23,6 +23,10 @@ struct PullOp {
   NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
     const T* ib = in + pt.b * sB;
     T* ob = out + pt.b * C * P + pt.p;
+    if (C == 1) {  // the common case, without the channel loop's hoisted addresses
+      *ob = pull_point(t0, t1, t2, ib);
+      return;
+    }
     for (int64_t c = 0; c < C; ++c) ob[c * P] = pull_point(t0, t1, t2, ib + c * sC);
   }
   void empty(const Point& pt) const {

@@ -4,8 +4,12 @@
 // (grad_dot, hess_dot); each registers its ops with its own TORCH_LIBRARY_IMPL block.
 #pragma once
 
-#include <ATen/ATen.h>
+// Only the headers needed (ATen/ATen.h alone costs ~3 s more per translation unit).
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <cmath>
@@ -179,6 +183,7 @@ NJ_INLINE void for_points(const Geom& G, const T* grid, int64_t begin, int64_t e
   for (int k = 0; k < 3; ++k)
     hi[k] = static_cast<T>(G.src[k] - 1) + static_cast<T>(kExtrapolateTol);
 
+  // walk [begin, end) row by row (rows along the innermost grid dim)
   Point pt;
   pt.b = begin / G.P;
   pt.p = begin - pt.b * G.P;
@@ -188,59 +193,69 @@ NJ_INLINE void for_points(const Geom& G, const T* grid, int64_t begin, int64_t e
     pt.i[0] = r / G.pts[1];
     pt.i[1] = r - pt.i[0] * G.pts[1];
   }
-  for (int64_t q = begin; q < end; ++q) {
-    const T* gp = grid + pt.b * G.gB + pt.i[0] * G.g[0] + pt.i[1] * G.g[1] + pt.i[2] * G.g[2];
-    T x[3] = {T(0), T(0), T(0)};
-    bool ok = true;
-    for (int k = 2; k >= first; --k) {
-      T v = gp[(k - first) * gD];
-      if (!extrapolate) {
-        ok = ok && (v >= lo && v <= hi[k]);  // false for NaN
-      } else if (!(std::abs(v) <= lim)) {
-        if (std::isfinite(v))
-          v = v > 0 ? lim : -lim;
-        else
-          ok = false;
-      }
-      x[k] = v;
-    }
-    fn(pt, x, ok);
-    // next point
-    ++pt.p;
-    if (++pt.i[2] == G.pts[2]) {
-      pt.i[2] = 0;
-      if (++pt.i[1] == G.pts[1]) {
-        pt.i[1] = 0;
-        if (++pt.i[0] == G.pts[0]) {
-          pt.i[0] = 0;
-          pt.p = 0;
-          ++pt.b;
+  const int64_t g2 = G.g[2];
+  int64_t q = begin;
+  while (q < end) {
+    const int64_t row_end = std::min(end, q + (G.pts[2] - pt.i[2]));
+    const T* gp = grid + pt.b * G.gB + pt.i[0] * G.g[0] + pt.i[1] * G.g[1] + pt.i[2] * g2;
+    for (; q < row_end; ++q, gp += g2, ++pt.p, ++pt.i[2]) {
+      T x[3] = {T(0), T(0), T(0)};
+      bool ok = true;
+      for (int k = 2; k >= first; --k) {
+        T v = gp[(k - first) * gD];
+        if (!extrapolate) {
+          ok = ok && (v >= lo && v <= hi[k]);  // false for NaN
+        } else if (!(std::abs(v) <= lim)) {
+          if (std::isfinite(v))
+            v = v > 0 ? lim : -lim;
+          else
+            ok = false;
         }
+        x[k] = v;
+      }
+      fn(pt, x, ok);
+    }
+    // next row
+    pt.i[2] = 0;
+    if (++pt.i[1] == G.pts[1]) {
+      pt.i[1] = 0;
+      if (++pt.i[0] == G.pts[0]) {
+        pt.i[0] = 0;
+        pt.p = 0;
+        ++pt.b;
       }
     }
   }
 }
 
+// A point with folded tap lists (generic path, and the border points of fast paths). Not
+// inlined: one copy per op and dtype serves every variant (compile time), and its call costs
+// little next to the folding.
+template <class Op, class TP>
+__attribute__((noinline)) void apply_folded(const Op& op, const Point& pt, const TP& t0,
+                                            const TP& t1, const TP& t2) {
+  op.apply(pt, t0, t1, t2);
+}
+
 template <typename T, int O, int DIM, int DER, class Op>
 void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const Op& op) {
+  using FT = Taps<T, kMaxTaps, DER>;
+  const int nd = O < 0 ? G.D : DIM;
+  const int first = 3 - nd;
+  FT f[3];
+  for (int k = 0; k < first; ++k) f[k].set_unit();
   if constexpr (O < 0) {
     // generic
-    using TP = Taps<T, kMaxTaps, DER>;
-    TP t[3];
-    const int first = 3 - G.D;
-    for (int k = 0; k < first; ++k) t[k].set_unit();
-    for_points<T, 0>(G, grid, begin, end, G.D, [&](const Point& pt, const T* x, bool ok) {
+    for_points<T, 0>(G, grid, begin, end, nd, [&](const Point& pt, const T* x, bool ok) {
       if (!ok) return op.empty(pt);
       for (int k = first; k < 3; ++k) {
-        make_taps_rt<DER>(G.order[k], x[k], G.src[k], G.bound[k], G.sst[k], t[k]);
-        if (t[k].n == 0) return op.empty(pt);  // every tap reads zero
+        make_taps_rt<DER>(G.order[k], x[k], G.src[k], G.bound[k], G.sst[k], f[k]);
+        if (f[k].n == 0) return op.empty(pt);  // every tap reads zero
       }
-      op.apply(pt, t[0], t[1], t[2]);
+      apply_folded(op, pt, f[0], f[1], f[2]);
     });
   } else {
-    constexpr int N = O + 1;
-    using LT = LineTaps<T, N, DER>;
-    using FT = Taps<T, N, DER>;
+    using LT = LineTaps<T, O + 1, DER>;
     const UnitTaps<T> unit;
     for_points<T, DIM>(G, grid, begin, end, DIM, [&](const Point& pt, const T* x, bool ok) {
       if (!ok) return op.empty(pt);
@@ -261,33 +276,28 @@ void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const 
         else
           op.apply(pt, unit, unit, l[2]);
       } else {
-        FT f[3];
         for (int k = 3 - DIM; k < 3; ++k) {
           make_taps<O>(x[k], G.src[k], G.bound[k], G.sst[k], f[k]);
           if (f[k].n == 0) return op.empty(pt);
         }
-        if constexpr (DIM == 3)
-          op.apply(pt, f[0], f[1], f[2]);
-        else if constexpr (DIM == 2)
-          op.apply(pt, unit, f[1], f[2]);
-        else
-          op.apply(pt, unit, unit, f[2]);
+        apply_folded(op, pt, f[0], f[1], f[2]);
       }
     });
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fast-path selection. MASK bit o enables the fast path for "all dims of order o".
+// Fast-path selection. MASK bit o enables the fast path for "all dims of order o" (D = 2, 3).
 template <int V>
 using IC = std::integral_constant<int, V>;
 
 template <int O, class F>
-inline void with_dim(int D, F&& f) {
+inline bool with_dim(int D, F&& f) {
+  // 1-D problems are small: they take the generic path (fewer instantiations, faster builds)
   switch (D) {
-    case 1: f(IC<O>{}, IC<1>{}); break;
-    case 2: f(IC<O>{}, IC<2>{}); break;
-    default: f(IC<O>{}, IC<3>{}); break;
+    case 2: f(IC<O>{}, IC<2>{}); return true;
+    case 3: f(IC<O>{}, IC<3>{}); return true;
+    default: return false;
   }
 }
 
@@ -298,13 +308,13 @@ inline void with_variant(const Geom& G, F&& f) {
   for (int k = G.first(); k < 3; ++k) iso = iso && (G.order[k] == o);
   if (iso) {
     if constexpr ((MASK & 1) != 0)
-      if (o == 0) return with_dim<0>(G.D, f);
+      if (o == 0 && with_dim<0>(G.D, f)) return;
     if constexpr ((MASK & 2) != 0)
-      if (o == 1) return with_dim<1>(G.D, f);
+      if (o == 1 && with_dim<1>(G.D, f)) return;
     if constexpr ((MASK & 4) != 0)
-      if (o == 2) return with_dim<2>(G.D, f);
+      if (o == 2 && with_dim<2>(G.D, f)) return;
     if constexpr ((MASK & 8) != 0)
-      if (o == 3) return with_dim<3>(G.D, f);
+      if (o == 3 && with_dim<3>(G.D, f)) return;
   }
   f(IC<-1>{}, IC<0>{});
 }

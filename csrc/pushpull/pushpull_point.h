@@ -85,18 +85,12 @@ NJ_HD NJ_INLINE void line_taps(int64_t i0, T u, int64_t stride, LineTaps<T, O + 
   if (DER >= 2) SplineTaps<O, 2>::eval(u, t.ddw_);
 }
 
-// Fill a folded tap list of order O for coordinate x on a dimension of size n (n >= 1).
-template <int O, int DER, typename T, int MAXT>
-NJ_HD NJ_INLINE void make_taps(T x, int64_t n, int bound, int64_t stride, Taps<T, MAXT, DER>& t) {
-  static_assert(MAXT >= O + 1, "tap list too short");
-  T u;
-  const int64_t i0 = spline_start<O>(x, u);
-  T w[O + 1], dw[O + 1], ddw[O + 1];
-  SplineTaps<O, 0>::eval(u, w);
-  if (DER >= 1) SplineTaps<O, 1>::eval(u, dw);
-  if (DER >= 2) SplineTaps<O, 2>::eval(u, ddw);
+// Fold the taps i0 .. i0+order (weights w, dw, ddw as written by SplineTaps) into a tap list.
+template <int DER, typename T, int MAXT>
+NJ_HD inline void fold_taps(int64_t i0, int order, const T* w, const T* dw, const T* ddw,
+                            int64_t n, int bound, int64_t stride, Taps<T, MAXT, DER>& t) {
   int m = 0;
-  for (int k = 0; k <= O; ++k) {
+  for (int k = 0; k <= order; ++k) {
     int s;
     const int64_t j = fold_index(i0 + k, n, bound, s);
     if (s == 0) continue;
@@ -109,21 +103,31 @@ NJ_HD NJ_INLINE void make_taps(T x, int64_t n, int bound, int64_t stride, Taps<T
   t.n = m;
 }
 
+// Fill a folded tap list of order O for coordinate x on a dimension of size n (n >= 1).
+template <int O, int DER, typename T, int MAXT>
+NJ_HD NJ_INLINE void make_taps(T x, int64_t n, int bound, int64_t stride, Taps<T, MAXT, DER>& t) {
+  static_assert(MAXT >= O + 1, "tap list too short");
+  T u;
+  const int64_t i0 = spline_start<O>(x, u);
+  T w[O + 1], dw[O + 1], ddw[O + 1];
+  SplineTaps<O, 0>::eval(u, w);
+  if (DER >= 1) SplineTaps<O, 1>::eval(u, dw);
+  if (DER >= 2) SplineTaps<O, 2>::eval(u, ddw);
+  fold_taps(i0, O, w, dw, ddw, n, bound, stride, t);
+}
+
 // Runtime order (generic path).
 template <int DER, typename T, int MAXT>
 NJ_HD inline void make_taps_rt(int order, T x, int64_t n, int bound, int64_t stride,
                                Taps<T, MAXT, DER>& t) {
   static_assert(MAXT >= kMaxTaps, "tap list too short");
-  switch (order) {
-    case 0: make_taps<0>(x, n, bound, stride, t); break;
-    case 1: make_taps<1>(x, n, bound, stride, t); break;
-    case 2: make_taps<2>(x, n, bound, stride, t); break;
-    case 3: make_taps<3>(x, n, bound, stride, t); break;
-    case 4: make_taps<4>(x, n, bound, stride, t); break;
-    case 5: make_taps<5>(x, n, bound, stride, t); break;
-    case 6: make_taps<6>(x, n, bound, stride, t); break;
-    default: make_taps<7>(x, n, bound, stride, t); break;
-  }
+  T u;
+  const int64_t i0 = spline_start(order, x, u);
+  T w[kMaxTaps], dw[kMaxTaps], ddw[kMaxTaps];
+  spline_taps<0>(order, u, w);
+  if (DER >= 1) spline_taps<1>(order, u, dw);
+  if (DER >= 2) spline_taps<2>(order, u, ddw);
+  fold_taps(i0, order, w, dw, ddw, n, bound, stride, t);
 }
 
 // ---------------------------------------------------------------------------------------------
