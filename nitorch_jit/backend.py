@@ -60,9 +60,11 @@ def module_spec(module, device_type, archs=None):
         if not sources:
             raise BackendError(f"module {module!r} has no CUDA sources yet")
         archs = toolchain.parse_arch_list(archs)
+        # no -std for nvcc: torch.utils.cpp_extension adds the standard its torch needs
+        # (c++17, or c++20 from torch 2.14 on, whose headers reject c++17)
         return jit.ModuleSpec(module, "cuda", sources, [CSRC / "include", folder],
                               cflags=["-O3", "-std=c++17"],
-                              cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr"]
+                              cuda_cflags=["-O3", "--expt-relaxed-constexpr"]
                               + toolchain.arch_flags(archs),
                               archs=archs)
     raise BackendError(f"no compiled kernels for device type {device_type!r}")

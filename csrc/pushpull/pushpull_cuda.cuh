@@ -1,0 +1,54 @@
+// CUDA pushpull kernels: what the host side (pushpull_cuda.cu) passes to the kernel files
+// (pull_cuda.cu, grad_cuda.cu, push_cuda.cu, pushgrad_cuda.cu, dot_cuda.cu). Kept free of
+// torch headers so the kernel files compile quickly and in parallel.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace nitorch_jit {
+namespace pushpull {
+namespace cuda {
+
+enum OpKind : int { kPull = 0, kGrad = 1, kPush = 2, kPushGrad = 3, kGradDot = 4, kHessDot = 5 };
+enum Dtype : int { kHalf = 0, kBFloat16 = 1, kFloat = 2, kDouble = 3 };
+
+// Everything a kernel needs, sizes and strides in elements. Spatial dims are padded in front to
+// 3 internal dims: internal dim k = 3 - D + d holds spatial dim d; padded dims have size 1 and
+// stride 0.
+struct Params {
+  int D = 0;
+  int order[3] = {0, 0, 0};
+  int bound[3] = {0, 0, 0};
+  bool extrapolate = false;
+  int64_t B = 0, C = 0;
+  // source: the image the taps index (input of gathers; the output buffer of scatters)
+  const void* src_ptr = nullptr;
+  int64_t src[3] = {1, 1, 1};  // spatial size
+  int64_t sst[3] = {0, 0, 0};  // spatial strides
+  int64_t sB = 0, sC = 0;      // batch / channel strides (gathers)
+  // grid [B, *O, D]
+  const void* grid = nullptr;
+  bool grid_f32 = false;  // half/bfloat16 data with a float32 grid
+  int64_t pts[3] = {1, 1, 1}, P = 1;
+  int64_t gB = 0, g[3] = {0, 0, 0}, gD = 0;
+  // per-point tensor [B, C, *O(, D)]: the values pushed (push, pushgrad), the weight (dots)
+  const void* pin = nullptr;
+  int64_t pB = 0, pC = 0, ps[3] = {0, 0, 0}, pD = 0;
+  // flat: every per-point tensor (grid, pin) addresses point p of a batch at p * stride
+  bool flat = false;
+  int64_t gP = 0, pP = 0;
+  // contiguous output: pull [B, C, P], grad [B, C, P, D], scatters [B, C, *src] in the
+  // accumulation type (float for half data), dots [B, P, D] in the grid's dtype
+  void* out = nullptr;
+};
+
+// Launch one op on `stream` with 32-bit (i32) or 64-bit offsets; returns the launch status.
+// Defined in the kernel files (one per op), for every Dtype.
+template <int OP>
+cudaError_t launch(const Params& p, Dtype dtype, bool i32, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace pushpull
+}  // namespace nitorch_jit

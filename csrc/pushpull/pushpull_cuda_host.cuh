@@ -1,0 +1,351 @@
+// CUDA pushpull ops, host side (docs/pushpull-spec.md): argument checks, geometry, outputs and
+// dispatch. Templated on a Policy (device test, device guard, kernel launch) so that the same
+// code serves the CUDA library (pushpull_cuda.cu) and the host emulation of the kernels that
+// the tests run without a GPU (tests/data/pushpull_cuda_emu.cpp).
+//
+// Dtypes: float32, float64, and float16 / bfloat16 data (computed in float32) whose grid is
+// either the same half type or float32. Outputs: pull/grad/push/pushgrad in the data's dtype,
+// grad_dot/hess_dot in the grid's dtype.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "nitorch_jit/bounds.h"
+#include "nitorch_jit/spline.h"
+#include "pushpull_cuda.cuh"
+
+namespace nitorch_jit {
+namespace pushpull {
+namespace cuda {
+
+// --------------------------------------------------------------------------------------------
+// Checks (same rules and messages as the CPU kernels, plus devices and the half dtypes).
+
+inline bool is_half(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+
+template <class Policy>
+int64_t check_grid(const at::Tensor& grid) {
+  TORCH_CHECK(grid.defined(), "grid is undefined");
+  TORCH_CHECK(grid.dim() >= 3, "grid must have shape [B, *O, D] with D in 1..3, got shape ",
+              grid.sizes());
+  const int64_t D = grid.size(-1);
+  TORCH_CHECK(D >= 1 && D <= 3, "grid.size(-1) (D) must be 1, 2 or 3, got ", D);
+  TORCH_CHECK(grid.dim() == D + 2, "grid must have D + 2 = ", D + 2,
+              " dims [B, *O, D] (D = grid.size(-1)), got shape ", grid.sizes());
+  TORCH_CHECK(Policy::on_device(grid), "grid must be a ", Policy::kDevice,
+              " tensor, got device ", grid.device());
+  TORCH_CHECK(grid.layout() == at::kStrided, "grid must be a strided (dense) tensor");
+  const auto t = grid.scalar_type();
+  TORCH_CHECK(t == at::kFloat || t == at::kDouble || is_half(t),
+              "grid must be float16, bfloat16, float32 or float64, got ", t);
+  return D;
+}
+
+// A tensor [B, C, *spatial(D)] (+ a trailing D when with_d), on the grid's device, whose dtype
+// is the grid's (or a half type when the grid is float32).
+inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& grid, int64_t D,
+                  bool with_d, const char* layout) {
+  TORCH_CHECK(t.defined(), name, " is undefined");
+  const int64_t want = D + 2 + (with_d ? 1 : 0);
+  TORCH_CHECK(t.dim() == want, name, " must have ", want, " dims ", layout, " for D = ", D,
+              ", got shape ", t.sizes());
+  TORCH_CHECK(t.device() == grid.device(), name, " must be on the grid's device (",
+              grid.device(), "), got ", t.device());
+  TORCH_CHECK(t.layout() == at::kStrided, name, " must be a strided (dense) tensor");
+  const auto ty = t.scalar_type(), gt = grid.scalar_type();
+  TORCH_CHECK(ty == gt || (is_half(ty) && gt == at::kFloat), name, " dtype (", ty,
+              ") must match grid dtype (", gt,
+              ") (float16/bfloat16 data may also come with a float32 grid)");
+  TORCH_CHECK(t.size(0) == grid.size(0), name, " batch size (", t.size(0),
+              ") must equal grid batch size (", grid.size(0), ")");
+  if (with_d)
+    TORCH_CHECK(t.size(-1) == D, name, ".size(-1) must be D = ", D, ", got ", t.size(-1));
+}
+
+inline void check_point_shape(const at::Tensor& t, const char* name, const at::Tensor& grid,
+                       int64_t D) {
+  for (int64_t d = 0; d < D; ++d)
+    TORCH_CHECK(t.size(2 + d) == grid.size(1 + d), name, " spatial shape ",
+                t.sizes().slice(2, D), " must equal the grid spatial shape ",
+                grid.sizes().slice(1, D));
+}
+
+inline void check_options(at::IntArrayRef order, at::IntArrayRef bound, int64_t D) {
+  TORCH_CHECK(static_cast<int64_t>(order.size()) == D, "order must have D = ", D,
+              " entries (one per spatial dim), got ", order.size());
+  TORCH_CHECK(static_cast<int64_t>(bound.size()) == D, "bound must have D = ", D,
+              " entries (one per spatial dim), got ", bound.size());
+  for (int64_t d = 0; d < D; ++d) {
+    TORCH_CHECK(order[d] >= 0 && order[d] <= kMaxOrder, "order[", d, "] must be in 0..",
+                kMaxOrder, ", got ", order[d]);
+    TORCH_CHECK(bound[d] >= 0 && bound[d] < kNumBounds, "bound[", d, "] must be in 0..",
+                kNumBounds - 1, " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ",
+                bound[d]);
+  }
+}
+
+inline void check_shape(at::IntArrayRef shape, int64_t D) {
+  TORCH_CHECK(static_cast<int64_t>(shape.size()) == D, "shape must have D = ", D,
+              " entries (the output spatial size), got ", shape.size());
+  for (int64_t d = 0; d < D; ++d)
+    TORCH_CHECK(shape[d] >= 0, "shape[", d, "] must be >= 0, got ", shape[d]);
+}
+
+// --------------------------------------------------------------------------------------------
+// Geometry.
+
+inline Dtype dtype_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kHalf: return kHalf;
+    case at::kBFloat16: return kBFloat16;
+    case at::kFloat: return kFloat;
+    default: return kDouble;
+  }
+}
+
+// Offsets of a strided tensor fit in int32 (with room for one past the end).
+inline bool fits32(const at::Tensor& t) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max() - 1;
+  if (t.numel() == 0) return true;
+  int64_t span = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * t.stride(d);
+  return span < kMax && t.numel() < kMax;
+}
+
+// Does offset(point p) == p * flat for the strides `st` over the point shape `pts`?
+inline bool flat_stride(const int64_t* st, const int64_t* pts, int64_t& flat) {
+  int64_t expect = -1;
+  flat = 0;
+  for (int k = 2; k >= 0; --k) {
+    if (pts[k] == 1) continue;
+    if (expect < 0) {
+      flat = st[k];
+      expect = st[k] * pts[k];
+    } else {
+      if (st[k] != expect) return false;
+      expect *= pts[k];
+    }
+  }
+  return true;
+}
+
+// Grid, options and batch; internal dim k = 3 - D + d holds spatial dim d.
+inline Params make_params(const at::Tensor& grid, const at::Tensor& data, int64_t D,
+                   at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  Params p;
+  p.D = static_cast<int>(D);
+  p.extrapolate = extrapolate;
+  p.B = grid.size(0);
+  p.grid = grid.const_data_ptr();
+  p.grid_f32 = is_half(data.scalar_type()) && grid.scalar_type() == at::kFloat;
+  p.gB = grid.stride(0);
+  p.gD = grid.stride(-1);
+  const int f = 3 - p.D;
+  for (int64_t d = 0; d < D; ++d) {
+    const int k = f + static_cast<int>(d);
+    p.order[k] = static_cast<int>(order[d]);
+    p.bound[k] = static_cast<int>(bound[d]);
+    p.pts[k] = grid.size(1 + d);
+    p.g[k] = grid.stride(1 + d);
+  }
+  p.P = p.pts[0] * p.pts[1] * p.pts[2];
+  return p;
+}
+
+// The image the taps index, for gathers: input [B, C, *S].
+inline void set_gather_source(Params& p, const at::Tensor& input) {
+  p.C = input.size(1);
+  p.src_ptr = input.const_data_ptr();
+  p.sB = input.stride(0);
+  p.sC = input.stride(1);
+  const int f = 3 - p.D;
+  for (int d = 0; d < p.D; ++d) {
+    p.src[f + d] = input.size(2 + d);
+    p.sst[f + d] = input.stride(2 + d);
+  }
+}
+
+// The image the taps index, for scatters: a contiguous [B, C, *shape] buffer.
+inline void set_scatter_source(Params& p, at::IntArrayRef shape) {
+  const int f = 3 - p.D;
+  int64_t s = 1;
+  for (int d = p.D - 1; d >= 0; --d) {
+    p.src[f + d] = shape[d];
+    p.sst[f + d] = s;
+    s *= shape[d];
+  }
+}
+
+// The per-point tensor [B, C, *O(, D)] (pushed values, dot weights).
+inline void set_point_tensor(Params& p, const at::Tensor& t, bool with_d) {
+  p.C = t.size(1);
+  p.pin = t.const_data_ptr();
+  p.pB = t.stride(0);
+  p.pC = t.stride(1);
+  p.pD = with_d ? t.stride(-1) : 0;
+  const int f = 3 - p.D;
+  for (int d = 0; d < p.D; ++d) p.ps[f + d] = t.stride(2 + d);
+}
+
+inline void set_flat(Params& p) {
+  int64_t gp = 0, pp = 0;
+  p.flat = flat_stride(p.g, p.pts, gp) && (p.pin == nullptr || flat_stride(p.ps, p.pts, pp));
+  p.gP = gp;
+  p.pP = pp;
+}
+
+// Tests force 64-bit offsets with NI_JIT_CUDA_INDEX=64.
+inline bool allow_i32() {
+  const char* v = std::getenv("NI_JIT_CUDA_INDEX");
+  return !(v && std::strcmp(v, "64") == 0);
+}
+
+template <class Policy, int OP>
+void run(Params& p, const at::Tensor& data, bool i32) {
+  if (p.B == 0 || p.P == 0) return;
+  TORCH_CHECK((p.P + 255) / 256 <= std::numeric_limits<int32_t>::max(),
+              "too many grid points per batch (", p.P, ") for one CUDA launch");
+  set_flat(p);
+  Policy::template run_kernel<OP>(p, dtype_of(data), i32 && allow_i32());
+}
+
+inline std::vector<int64_t> point_shape(const at::Tensor& grid, int64_t B, int64_t C, int64_t D,
+                                 bool with_d) {
+  std::vector<int64_t> s = {B, C};
+  for (int64_t d = 0; d < D; ++d) s.push_back(grid.size(1 + d));
+  if (with_d) s.push_back(D);
+  return s;
+}
+
+inline bool empty_source(const at::Tensor& input, int64_t D) {
+  for (int64_t d = 0; d < D; ++d)
+    if (input.size(2 + d) == 0) return true;
+  return false;
+}
+
+// --------------------------------------------------------------------------------------------
+// Ops.
+
+template <class Policy, bool kIsGrad>
+at::Tensor gather_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
+                       at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_grid<Policy>(grid);
+  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
+  check_options(order, bound, D);
+  const typename Policy::Guard guard(grid.device());
+  at::Tensor out =
+      at::empty(point_shape(grid, input.size(0), input.size(1), D, kIsGrad), input.options());
+  if (out.numel() == 0) return out;
+  if (empty_source(input, D)) return out.zero_();
+  Params p = make_params(grid, input, D, order, bound, extrapolate);
+  set_gather_source(p, input);
+  p.out = out.data_ptr();
+  const bool i32 = fits32(input) && fits32(grid) && fits32(out);
+  run<Policy, kIsGrad ? kGrad : kPull>(p, input, i32);
+  return out;
+}
+
+template <class Policy, bool kIsGrad>
+at::Tensor scatter_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef shape,
+                        at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_grid<Policy>(grid);
+  check_tensor(input, "input", grid, D, kIsGrad, kIsGrad ? "[B, C, *O, D]" : "[B, C, *O]");
+  check_point_shape(input, "input", grid, D);
+  check_options(order, bound, D);
+  check_shape(shape, D);
+  const typename Policy::Guard guard(grid.device());
+  std::vector<int64_t> osize = {input.size(0), input.size(1)};
+  for (int64_t d = 0; d < D; ++d) osize.push_back(shape[d]);
+  // half data: atomics add into a float32 buffer, cast at the end
+  const bool half = is_half(input.scalar_type());
+  at::Tensor buf = at::zeros(osize, input.options().dtype(half ? at::kFloat : input.scalar_type()));
+  if (buf.numel() > 0) {
+    Params p = make_params(grid, input, D, order, bound, extrapolate);
+    set_scatter_source(p, shape);
+    set_point_tensor(p, input, kIsGrad);
+    p.out = buf.data_ptr();
+    const bool i32 = fits32(input) && fits32(grid) && fits32(buf);
+    run<Policy, kIsGrad ? kPushGrad : kPush>(p, input, i32);
+  }
+  return half ? buf.to(input.scalar_type()) : buf;
+}
+
+template <class Policy, bool kIsHess>
+at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
+                    at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_grid<Policy>(grid);
+  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
+  check_tensor(weight, "weight", grid, D, kIsHess, kIsHess ? "[B, C, *O, D]" : "[B, C, *O]");
+  check_point_shape(weight, "weight", grid, D);
+  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", weight.size(1),
+              ") must equal input channels (", input.size(1), ")");
+  TORCH_CHECK(weight.scalar_type() == input.scalar_type(), "weight dtype (",
+              weight.scalar_type(), ") must equal input dtype (", input.scalar_type(), ")");
+  check_options(order, bound, D);
+  const typename Policy::Guard guard(grid.device());
+  std::vector<int64_t> osize = {grid.size(0)};
+  for (int64_t d = 0; d < D; ++d) osize.push_back(grid.size(1 + d));
+  osize.push_back(D);
+  at::Tensor out = at::empty(osize, grid.options());
+  if (out.numel() == 0) return out;
+  if (empty_source(input, D) || input.size(1) == 0) return out.zero_();
+  Params p = make_params(grid, input, D, order, bound, extrapolate);
+  set_gather_source(p, input);
+  set_point_tensor(p, weight, kIsHess);
+  p.out = out.data_ptr();
+  const bool i32 = fits32(input) && fits32(weight) && fits32(grid) && fits32(out);
+  run<Policy, kIsHess ? kHessDot : kGradDot>(p, input, i32);
+  return out;
+}
+
+// The six ops for one Policy: on_device(t), kDevice (for messages), Guard (device guard),
+// run_kernel<OP>(params, dtype, i32) (launches the kernel, throws on error).
+template <class Policy>
+struct Ops {
+  static at::Tensor grid_pull(const at::Tensor& input, const at::Tensor& grid,
+                              at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+    return gather_impl<Policy, false>(input, grid, order, bound, extrapolate);
+  }
+
+  static at::Tensor grid_grad(const at::Tensor& input, const at::Tensor& grid,
+                              at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+    return gather_impl<Policy, true>(input, grid, order, bound, extrapolate);
+  }
+
+  static at::Tensor grid_push(const at::Tensor& input, const at::Tensor& grid,
+                              at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
+                              bool extrapolate) {
+    return scatter_impl<Policy, false>(input, grid, shape, order, bound, extrapolate);
+  }
+
+  static at::Tensor grid_pushgrad(const at::Tensor& input, const at::Tensor& grid,
+                                  at::IntArrayRef shape, at::IntArrayRef order,
+                                  at::IntArrayRef bound, bool extrapolate) {
+    return scatter_impl<Policy, true>(input, grid, shape, order, bound, extrapolate);
+  }
+
+  static at::Tensor grid_grad_dot(const at::Tensor& weight, const at::Tensor& input,
+                                  const at::Tensor& grid, at::IntArrayRef order,
+                                  at::IntArrayRef bound, bool extrapolate) {
+    return dot_impl<Policy, false>(weight, input, grid, order, bound, extrapolate);
+  }
+
+  static at::Tensor grid_hess_dot(const at::Tensor& weight, const at::Tensor& input,
+                                  const at::Tensor& grid, at::IntArrayRef order,
+                                  at::IntArrayRef bound, bool extrapolate) {
+    return dot_impl<Policy, true>(weight, input, grid, order, bound, extrapolate);
+  }
+};
+
+}  // namespace cuda
+}  // namespace pushpull
+}  // namespace nitorch_jit
+

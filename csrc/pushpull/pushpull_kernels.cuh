@@ -1,0 +1,749 @@
+// CUDA pushpull kernels (docs/pushpull-spec.md): one thread per grid point, looping over channels.
+//
+// Included by the kernel files only (one per op); each instantiates launch<OP> for the four
+// dtypes. The spline weights (spline.h) and index folding (bounds.h) are the ones the CPU
+// kernels use; the range constants come from pushpull_point.h.
+//
+// Per point, three paths:
+// * fast, interior (every dim has the same order O, one of the op's fast-path orders: 0, 1, 3
+//   for pull and push, 1, 3 for the others; and every tap of the point lies inside the
+//   source): the tap lists have a fixed length O+1, are built without folding and held in
+//   registers (all loops unrolled, constant indices), with 32-bit offsets when the tensors
+//   allow it;
+// * fast, border (same kernel, a tap falls outside): folded_taps<O> folds the taps and drops
+//   the zero ones (small per-thread arrays, local memory; only border points pay for it);
+// * generic (mixed orders, orders 4..7, or orders without a fast path for the op):
+//   folded_taps_rt with runtime tap counts.
+// Half types are loaded/stored as half and computed in float32; scatters add into a float32
+// (half data) or the data's own type (float, double) buffer with atomicAdd.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "pushpull_cuda.cuh"
+#include "nitorch_jit/bounds.h"
+#include "nitorch_jit/spline.h"
+#include "pushpull_point.h"  // kExtrapolateTol, kCoordLimit
+
+namespace nitorch_jit {
+namespace pushpull {
+namespace cuda {
+
+constexpr int kThreads = 256;
+constexpr int kMaxGridY = 65535;
+
+// --------------------------------------------------------------------------------------------
+// Scalar types: S the stored type, A = AccOf<S> the computation type.
+template <typename S>
+struct AccOf {
+  using type = float;
+};
+template <>
+struct AccOf<double> {
+  using type = double;
+};
+template <typename S>
+constexpr bool kIsHalf = std::is_same<S, __half>::value || std::is_same<S, __nv_bfloat16>::value;
+
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+
+template <typename S>
+__device__ __forceinline__ S from_acc(typename AccOf<S>::type v);
+template <>
+__device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ float from_acc<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ double from_acc<double>(double v) { return v; }
+
+// read-only load of a tensor element, converted to the computation type
+template <typename S>
+__device__ __forceinline__ typename AccOf<S>::type ld(const S* p) {
+  return to_acc(__ldg(p));
+}
+
+__device__ __forceinline__ float nj_abs(float v) { return fabsf(v); }
+__device__ __forceinline__ double nj_abs(double v) { return fabs(v); }
+
+// --------------------------------------------------------------------------------------------
+// Device-side copy of Params in the offset type I (int32_t when every offset fits).
+template <typename I>
+struct Geo {
+  int order[3], bound[3];
+  int first;  // 3 - D: the first real internal dim
+  bool extrapolate, flat, grid_f32;
+  I B, C, P, N;  // N = prod(src): voxels per channel of the source
+  I src[3], sst[3], sB, sC;
+  I pts[3];
+  I gB, g[3], gD, gP;
+  I pB, pC, ps[3], pD, pP;
+  const void* src_ptr;
+  const void* grid;
+  const void* pin;
+  void* out;
+};
+
+template <typename I>
+inline Geo<I> make_geo(const Params& p) {
+  Geo<I> G;
+  G.first = 3 - p.D;
+  G.extrapolate = p.extrapolate;
+  G.flat = p.flat;
+  G.grid_f32 = p.grid_f32;
+  G.B = static_cast<I>(p.B);
+  G.C = static_cast<I>(p.C);
+  G.P = static_cast<I>(p.P);
+  G.N = static_cast<I>(p.src[0] * p.src[1] * p.src[2]);
+  for (int k = 0; k < 3; ++k) {
+    G.order[k] = p.order[k];
+    G.bound[k] = p.bound[k];
+    G.src[k] = static_cast<I>(p.src[k]);
+    G.sst[k] = static_cast<I>(p.sst[k]);
+    G.pts[k] = static_cast<I>(p.pts[k]);
+    G.g[k] = static_cast<I>(p.g[k]);
+    G.ps[k] = static_cast<I>(p.ps[k]);
+  }
+  G.sB = static_cast<I>(p.sB);
+  G.sC = static_cast<I>(p.sC);
+  G.gB = static_cast<I>(p.gB);
+  G.gD = static_cast<I>(p.gD);
+  G.gP = static_cast<I>(p.gP);
+  G.pB = static_cast<I>(p.pB);
+  G.pC = static_cast<I>(p.pC);
+  G.pD = static_cast<I>(p.pD);
+  G.pP = static_cast<I>(p.pP);
+  G.src_ptr = p.src_ptr;
+  G.grid = p.grid;
+  G.pin = p.pin;
+  G.out = p.out;
+  return G;
+}
+
+// coordinate stored at grid offset `off`
+template <typename S, typename I>
+__device__ __forceinline__ typename AccOf<S>::type load_coord(const Geo<I>& G, I off) {
+  if constexpr (kIsHalf<S>) {
+    if (G.grid_f32) return __ldg(static_cast<const float*>(G.grid) + off);
+    return to_acc(__ldg(static_cast<const S*>(G.grid) + off));
+  } else {
+    return __ldg(static_cast<const S*>(G.grid) + off);
+  }
+}
+
+// store into a grid-typed output (the dots): S, or float32 for half data with a float32 grid
+template <typename S, typename I>
+__device__ __forceinline__ void store_grid_typed(const Geo<I>& G, I idx,
+                                                 typename AccOf<S>::type v) {
+  if constexpr (kIsHalf<S>) {
+    if (G.grid_f32) {
+      static_cast<float*>(G.out)[idx] = v;
+      return;
+    }
+  }
+  static_cast<S*>(G.out)[idx] = from_acc<S>(v);
+}
+
+// --------------------------------------------------------------------------------------------
+// Fixed-length tap list of one dim (interior points): O+1 taps, offsets in I, in registers.
+template <typename A, typename I, int O, int DER>
+struct FTaps {
+  static constexpr int n = O + 1;
+  I off[O + 1];
+  A w[O + 1];
+  A dw[DER >= 1 ? O + 1 : 1];
+  A ddw[DER >= 2 ? O + 1 : 1];
+};
+
+// the single constant tap of a padded dim
+template <typename A, typename I, int DER>
+__device__ __forceinline__ void set_constant(FTaps<A, I, 0, DER>& t) {
+  t.off[0] = I(0);
+  t.w[0] = A(1);
+  t.dw[0] = A(0);
+  t.ddw[0] = A(0);
+}
+
+// Taps of order O at x when all of them lie inside [0, n); false otherwise (t is then unset).
+// u is computed exactly as spline_start<O> does, so weights match the CPU kernels.
+template <int O, int DER, typename A, typename I>
+__device__ __forceinline__ bool fixed_taps(A x, I n, I stride, FTaps<A, I, O, DER>& t) {
+  const A xs = (O & 1) ? x - A((O - 1) / 2) : x - A(O - 1) * A(0.5);
+  if (!(xs >= A(0) && xs < static_cast<A>(n - O))) return false;
+  const I i0 = static_cast<I>(xs);  // floor, as xs >= 0
+  if (i0 + O >= n) return false;     // float rounding of n - O
+  const A u = xs - static_cast<A>(i0);
+  SplineTaps<O, 0>::eval(u, t.w);
+  if constexpr (DER >= 1) SplineTaps<O, 1>::eval(u, t.dw);
+  if constexpr (DER >= 2) SplineTaps<O, 2>::eval(u, t.ddw);
+#pragma unroll
+  for (int k = 0; k <= O; ++k) t.off[k] = (i0 + k) * stride;
+  return true;
+}
+
+// Folded tap list of one dim (border points, generic path): taps whose bound sign is 0 are
+// dropped, so they never touch memory (a NaN at a placeholder address cannot leak in); the
+// count n is a runtime value (0 when every tap reads zero). Runtime-indexed, so local memory.
+template <typename A, int MAXT, int DER>
+struct RTaps {
+  int n;
+  int64_t off[MAXT];
+  A w[MAXT];
+  A dw[DER >= 1 ? MAXT : 1];
+  A ddw[DER >= 2 ? MAXT : 1];
+  __device__ __forceinline__ void set_constant() {
+    n = 1;
+    off[0] = 0;
+    w[0] = A(1);
+    dw[0] = A(0);
+    ddw[0] = A(0);
+  }
+};
+
+template <int O, int DER, typename A, int MAXT>
+__device__ __forceinline__ void folded_taps(A x, int64_t n, int bound, int64_t stride,
+                                            RTaps<A, MAXT, DER>& t) {
+  static_assert(MAXT >= O + 1, "tap list too short");
+  A u;
+  const int64_t i0 = spline_start<O>(x, u);
+  A w[O + 1], dw[O + 1], ddw[O + 1];
+  SplineTaps<O, 0>::eval(u, w);
+  if constexpr (DER >= 1) SplineTaps<O, 1>::eval(u, dw);
+  if constexpr (DER >= 2) SplineTaps<O, 2>::eval(u, ddw);
+  int m = 0;
+#pragma unroll
+  for (int k = 0; k <= O; ++k) {
+    int s;
+    const int64_t j = fold_index(i0 + k, n, bound, s);
+    if (s == 0) continue;
+    t.off[m] = j * stride;
+    t.w[m] = s > 0 ? w[k] : -w[k];
+    if constexpr (DER >= 1) t.dw[m] = s > 0 ? dw[k] : -dw[k];
+    if constexpr (DER >= 2) t.ddw[m] = s > 0 ? ddw[k] : -ddw[k];
+    ++m;
+  }
+  t.n = m;
+}
+
+template <int DER, typename A, int MAXT>
+__device__ void folded_taps_rt(int order, A x, int64_t n, int bound, int64_t stride,
+                               RTaps<A, MAXT, DER>& t) {
+  switch (order) {
+    case 0: folded_taps<0>(x, n, bound, stride, t); break;
+    case 1: folded_taps<1>(x, n, bound, stride, t); break;
+    case 2: folded_taps<2>(x, n, bound, stride, t); break;
+    case 3: folded_taps<3>(x, n, bound, stride, t); break;
+    case 4: folded_taps<4>(x, n, bound, stride, t); break;
+    case 5: folded_taps<5>(x, n, bound, stride, t); break;
+    case 6: folded_taps<6>(x, n, bound, stride, t); break;
+    default: folded_taps<7>(x, n, bound, stride, t); break;
+  }
+}
+
+__host__ __device__ constexpr int tap_count(int N, int n) { return N > 0 ? N : n; }
+
+// acc = (first ? x : acc + x): accumulators start from the first term (with unrolled loops
+// `first` is a constant; `acc = 0; acc += x` would cost an add kept for signed zeros).
+template <typename A>
+__device__ __forceinline__ void accum(bool first, A& acc, A x) {
+  acc = first ? x : acc + x;
+}
+
+// --------------------------------------------------------------------------------------------
+// Contractions over the tensor product of three tap lists. N0, N1, N2: static tap counts
+// (0 = the list's runtime count). The nesting matches pushpull_point.h.
+
+// for (i = 0; i < count; ++i) f(i): unrolled for a static count N, rolled for a runtime one
+// (border points and the generic path: keeps their register use low).
+template <int N, class F>
+__device__ __forceinline__ void for_taps(int n, F&& f) {
+  if constexpr (N > 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) f(i);
+  } else {
+#pragma unroll 1
+    for (int i = 0; i < n; ++i) f(i);
+  }
+}
+
+// sum_t W_t s_t in[j_t]
+template <int N0, int N1, int N2, typename A, typename S, class T0, class T1, class T2>
+__device__ __forceinline__ A c_pull(const T0& t0, const T1& t1, const T2& t2, const S* in) {
+  A acc;
+  for_taps<N0>(t0.n, [&](int a) {
+    A acc1;
+    for_taps<N1>(t1.n, [&](int b) {
+      const S* p = in + (t0.off[a] + t1.off[b]);
+      A acc2;
+      for_taps<N2>(t2.n, [&](int c) { accum(c == 0, acc2, t2.w[c] * ld(p + t2.off[c])); });
+      accum(b == 0, acc1, t1.w[b] * acc2);
+    });
+    accum(a == 0, acc, t0.w[a] * acc1);
+  });
+  return acc;
+}
+
+// g[k] = sum_t G_{t,k} s_t in[j_t]
+template <int N0, int N1, int N2, typename A, typename S, class T0, class T1, class T2>
+__device__ __forceinline__ void c_grad(const T0& t0, const T1& t1, const T2& t2, const S* in,
+                                       A& g0, A& g1, A& g2) {
+  for_taps<N0>(t0.n, [&](int a) {
+    A m, m1, m2;  // sums over b, c of: w1 w2 v, dw1 w2 v, w1 dw2 v
+    for_taps<N1>(t1.n, [&](int b) {
+      const S* p = in + (t0.off[a] + t1.off[b]);
+      A i, i2;  // sums over c of: w2 v, dw2 v
+      for_taps<N2>(t2.n, [&](int c) {
+        const A v = ld(p + t2.off[c]);
+        accum(c == 0, i, t2.w[c] * v);
+        accum(c == 0, i2, t2.dw[c] * v);
+      });
+      accum(b == 0, m, t1.w[b] * i);
+      accum(b == 0, m1, t1.dw[b] * i);
+      accum(b == 0, m2, t1.w[b] * i2);
+    });
+    accum(a == 0, g0, t0.dw[a] * m);
+    accum(a == 0, g1, t0.w[a] * m1);
+    accum(a == 0, g2, t0.w[a] * m2);
+  });
+}
+
+// h = {H00, H11, H22, H01, H02, H12}
+template <int N0, int N1, int N2, typename A, typename S, class T0, class T1, class T2>
+__device__ __forceinline__ void c_hess(const T0& t0, const T1& t1, const T2& t2, const S* in,
+                                       A* h) {
+  A h00, h11, h22, h01, h02, h12;
+  for_taps<N0>(t0.n, [&](int a) {
+    A m, m1, m11, m2, m12, m22;
+    for_taps<N1>(t1.n, [&](int b) {
+      const S* p = in + (t0.off[a] + t1.off[b]);
+      A i, i2, i22;
+      for_taps<N2>(t2.n, [&](int c) {
+        const A v = ld(p + t2.off[c]);
+        accum(c == 0, i, t2.w[c] * v);
+        accum(c == 0, i2, t2.dw[c] * v);
+        accum(c == 0, i22, t2.ddw[c] * v);
+      });
+      accum(b == 0, m, t1.w[b] * i);
+      accum(b == 0, m1, t1.dw[b] * i);
+      accum(b == 0, m11, t1.ddw[b] * i);
+      accum(b == 0, m2, t1.w[b] * i2);
+      accum(b == 0, m12, t1.dw[b] * i2);
+      accum(b == 0, m22, t1.w[b] * i22);
+    });
+    accum(a == 0, h00, t0.ddw[a] * m);
+    accum(a == 0, h01, t0.dw[a] * m1);
+    accum(a == 0, h02, t0.dw[a] * m2);
+    accum(a == 0, h11, t0.w[a] * m11);
+    accum(a == 0, h12, t0.w[a] * m12);
+    accum(a == 0, h22, t0.w[a] * m22);
+  });
+  h[0] = h00;
+  h[1] = h11;
+  h[2] = h22;
+  h[3] = h01;
+  h[4] = h02;
+  h[5] = h12;
+}
+
+// out[j_t] += W_t s_t val
+template <int N0, int N1, int N2, typename A, class T0, class T1, class T2>
+__device__ __forceinline__ void c_push(const T0& t0, const T1& t1, const T2& t2, A* out, A val) {
+  for_taps<N0>(t0.n, [&](int a) {
+    const A v0 = t0.w[a] * val;
+    for_taps<N1>(t1.n, [&](int b) {
+      A* p = out + (t0.off[a] + t1.off[b]);
+      const A v1 = t1.w[b] * v0;
+      for_taps<N2>(t2.n, [&](int c) { atomicAdd(p + t2.off[c], t2.w[c] * v1); });
+    });
+  });
+}
+
+// out[j_t] += sum_k G_{t,k} s_t g[k]
+template <int N0, int N1, int N2, typename A, class T0, class T1, class T2>
+__device__ __forceinline__ void c_pushgrad(const T0& t0, const T1& t1, const T2& t2, A* out, A g0,
+                                           A g1, A g2) {
+  for_taps<N0>(t0.n, [&](int a) {
+    const A x0 = t0.dw[a] * g0;  // terms whose derivative is already taken
+    const A y0 = t0.w[a];        // product of weights so far
+    for_taps<N1>(t1.n, [&](int b) {
+      A* p = out + (t0.off[a] + t1.off[b]);
+      const A x1 = x0 * t1.w[b] + y0 * t1.dw[b] * g1;
+      const A y1 = y0 * t1.w[b] * g2;
+      for_taps<N2>(t2.n, [&](int c) { atomicAdd(p + t2.off[c], x1 * t2.w[c] + y1 * t2.dw[c]); });
+    });
+  });
+}
+
+// --------------------------------------------------------------------------------------------
+// The six ops. apply<N0, N1, N2>(G, b, p, poff, t0, t1, t2): point p of batch b, whose
+// per-point tensor (pin) lies at offset poff (batch included); empty(G, b, p): a point that
+// contributes nothing.
+
+template <typename S_, typename I_>
+struct PullOp {
+  using S = S_;
+  using I = I_;
+  using A = typename AccOf<S>::type;
+  static constexpr int DER = 0;
+  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I, const T0& t0,
+                                               const T1& t1, const T2& t2) {
+    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
+    S* out = static_cast<S*>(G.out) + b * G.C * G.P + p;
+    for (I c = 0; c < G.C; ++c)
+      out[c * G.P] = from_acc<S>(c_pull<N0, N1, N2, A>(t0, t1, t2, in + c * G.sC));
+  }
+  static __device__ __forceinline__ void empty(const Geo<I>& G, I b, I p) {
+    S* out = static_cast<S*>(G.out) + b * G.C * G.P + p;
+    for (I c = 0; c < G.C; ++c) out[c * G.P] = from_acc<S>(A(0));
+  }
+};
+
+template <typename S_, typename I_>
+struct GradOp {
+  using S = S_;
+  using I = I_;
+  using A = typename AccOf<S>::type;
+  static constexpr int DER = 1;
+  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I, const T0& t0,
+                                               const T1& t1, const T2& t2) {
+    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
+    const int f = G.first;
+    const I D = 3 - f;
+    S* out = static_cast<S*>(G.out) + (b * G.C * G.P + p) * D;
+    for (I c = 0; c < G.C; ++c) {
+      A g[3];
+      c_grad<N0, N1, N2, A>(t0, t1, t2, in + c * G.sC, g[0], g[1], g[2]);
+      S* o = out + c * G.P * D;
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+        if (k >= f) o[k - f] = from_acc<S>(g[k]);
+    }
+  }
+  static __device__ __forceinline__ void empty(const Geo<I>& G, I b, I p) {
+    const I D = 3 - G.first;
+    S* out = static_cast<S*>(G.out) + (b * G.C * G.P + p) * D;
+    for (I c = 0; c < G.C; ++c)
+      for (I d = 0; d < D; ++d) out[c * G.P * D + d] = from_acc<S>(A(0));
+  }
+};
+
+template <typename S_, typename I_>
+struct PushOp {
+  using S = S_;
+  using I = I_;
+  using A = typename AccOf<S>::type;
+  static constexpr int DER = 0;
+  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I, I poff, const T0& t0,
+                                               const T1& t1, const T2& t2) {
+    const S* in = static_cast<const S*>(G.pin) + poff;
+    A* out = static_cast<A*>(G.out) + b * G.C * G.N;
+    for (I c = 0; c < G.C; ++c) {
+      const A v = ld(in + c * G.pC);
+      if (v == A(0)) continue;  // adds exactly nothing (weights are finite)
+      c_push<N0, N1, N2>(t0, t1, t2, out + c * G.N, v);
+    }
+  }
+  static __device__ __forceinline__ void empty(const Geo<I>&, I, I) {}
+};
+
+template <typename S_, typename I_>
+struct PushGradOp {
+  using S = S_;
+  using I = I_;
+  using A = typename AccOf<S>::type;
+  static constexpr int DER = 1;
+  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I, I poff, const T0& t0,
+                                               const T1& t1, const T2& t2) {
+    const S* in = static_cast<const S*>(G.pin) + poff;
+    A* out = static_cast<A*>(G.out) + b * G.C * G.N;
+    const int f = G.first;
+    for (I c = 0; c < G.C; ++c) {
+      A g[3];
+      bool any = false;
+#pragma unroll
+      for (int k = 0; k < 3; ++k) {
+        g[k] = k >= f ? ld(in + c * G.pC + (k - f) * G.pD) : A(0);
+        any = any || (g[k] != A(0));
+      }
+      if (!any) continue;
+      c_pushgrad<N0, N1, N2>(t0, t1, t2, out + c * G.N, g[0], g[1], g[2]);
+    }
+  }
+  static __device__ __forceinline__ void empty(const Geo<I>&, I, I) {}
+};
+
+template <typename S_, typename I_>
+struct GradDotOp {
+  using S = S_;
+  using I = I_;
+  using A = typename AccOf<S>::type;
+  static constexpr int DER = 1;
+  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
+                                               const T1& t1, const T2& t2) {
+    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
+    const S* wt = static_cast<const S*>(G.pin) + poff;
+    A acc0 = A(0), acc1 = A(0), acc2 = A(0);
+    for (I c = 0; c < G.C; ++c) {
+      A g0, g1, g2;
+      c_grad<N0, N1, N2, A>(t0, t1, t2, in + c * G.sC, g0, g1, g2);
+      const A w = ld(wt + c * G.pC);
+      acc0 += w * g0;
+      acc1 += w * g1;
+      acc2 += w * g2;
+    }
+    store(G, b, p, acc0, acc1, acc2);
+  }
+  static __device__ __forceinline__ void store(const Geo<I>& G, I b, I p, A a0, A a1, A a2) {
+    const int f = G.first;
+    const I o = (b * G.P + p) * (3 - f);
+    if (f <= 0) store_grid_typed<S>(G, o - f, a0);
+    if (f <= 1) store_grid_typed<S>(G, o + 1 - f, a1);
+    store_grid_typed<S>(G, o + 2 - f, a2);
+  }
+  static __device__ __forceinline__ void empty(const Geo<I>& G, I b, I p) {
+    store(G, b, p, A(0), A(0), A(0));
+  }
+};
+
+template <typename S_, typename I_>
+struct HessDotOp {
+  using S = S_;
+  using I = I_;
+  using A = typename AccOf<S>::type;
+  static constexpr int DER = 2;
+  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
+                                               const T1& t1, const T2& t2) {
+    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
+    const S* wt = static_cast<const S*>(G.pin) + poff;
+    const int f = G.first;
+    A acc0 = A(0), acc1 = A(0), acc2 = A(0);
+    for (I c = 0; c < G.C; ++c) {
+      A h[6];
+      c_hess<N0, N1, N2, A>(t0, t1, t2, in + c * G.sC, h);
+      const S* wc = wt + c * G.pC;
+      const A w0 = f <= 0 ? ld(wc + (0 - f) * G.pD) : A(0);
+      const A w1 = f <= 1 ? ld(wc + (1 - f) * G.pD) : A(0);
+      const A w2 = ld(wc + (2 - f) * G.pD);
+      // H = [[h0 h3 h4] [h3 h1 h5] [h4 h5 h2]] (symmetric)
+      acc0 += w0 * h[0] + w1 * h[3] + w2 * h[4];
+      acc1 += w0 * h[3] + w1 * h[1] + w2 * h[5];
+      acc2 += w0 * h[4] + w1 * h[5] + w2 * h[2];
+    }
+    GradDotOp<S, I>::store(G, b, p, acc0, acc1, acc2);
+  }
+  static __device__ __forceinline__ void empty(const Geo<I>& G, I b, I p) {
+    GradDotOp<S, I>::store(G, b, p, A(0), A(0), A(0));
+  }
+};
+
+// A point of a fast-path kernel whose support crosses the border: fold the taps and drop the
+// zero ones. Not inlined, so its local arrays and registers do not weigh on the interior path.
+template <class Op, int O, int DIM>
+__device__ __noinline__ void border_point(const Geo<typename Op::I>& G, typename Op::I b,
+                                          typename Op::I p, typename Op::I poff,
+                                          typename Op::A x0, typename Op::A x1,
+                                          typename Op::A x2) {
+  using A = typename Op::A;
+  constexpr int DER = Op::DER;
+  RTaps<A, O + 1, DER> t0, t1, t2;
+  folded_taps<O>(x2, static_cast<int64_t>(G.src[2]), G.bound[2],
+                 static_cast<int64_t>(G.sst[2]), t2);
+  if constexpr (DIM >= 2)
+    folded_taps<O>(x1, static_cast<int64_t>(G.src[1]), G.bound[1],
+                   static_cast<int64_t>(G.sst[1]), t1);
+  else
+    t1.set_constant();
+  if constexpr (DIM >= 3)
+    folded_taps<O>(x0, static_cast<int64_t>(G.src[0]), G.bound[0],
+                   static_cast<int64_t>(G.sst[0]), t0);
+  else
+    t0.set_constant();
+  if (t0.n == 0 || t1.n == 0 || t2.n == 0) {
+    Op::empty(G, b, p);  // every tap reads zero
+    return;
+  }
+  Op::template apply<0, 0, 0>(G, b, p, poff, t0, t1, t2);
+}
+
+// --------------------------------------------------------------------------------------------
+// One point: coordinates, range rules, tap lists, then the op.
+template <class Op, int O, int DIM>
+__device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename Op::I b,
+                                          typename Op::I p, typename Op::I goff,
+                                          typename Op::I poff) {
+  using S = typename Op::S;
+  using A = typename Op::A;
+  using I = typename Op::I;
+  constexpr int DER = Op::DER;
+  constexpr bool kGeneric = O < 0;
+  const int first = kGeneric ? G.first : 3 - DIM;
+
+  A x[3];
+  bool ok = true;
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    x[k] = A(0);
+    if (k >= first) {
+      A v = load_coord<S>(G, goff + (k - first) * G.gD);
+      if (!G.extrapolate) {
+        const A hi = static_cast<A>(G.src[k] - 1) + static_cast<A>(kExtrapolateTol);
+        ok = ok && (v >= -static_cast<A>(kExtrapolateTol) && v <= hi);  // false for NaN
+      } else if (!(nj_abs(v) <= static_cast<A>(kCoordLimit))) {
+        if (isfinite(v))
+          v = v > A(0) ? static_cast<A>(kCoordLimit) : -static_cast<A>(kCoordLimit);
+        else
+          ok = false;
+      }
+      x[k] = v;
+    }
+  }
+  if (!ok) {
+    Op::empty(G, b, p);
+    return;
+  }
+
+  if constexpr (!kGeneric) {
+    constexpr int O0 = DIM >= 3 ? O : 0, O1 = DIM >= 2 ? O : 0;
+    {
+      FTaps<A, I, O0, DER> f0;
+      FTaps<A, I, O1, DER> f1;
+      FTaps<A, I, O, DER> f2;
+      bool inside = fixed_taps<O, DER>(x[2], G.src[2], G.sst[2], f2);
+      if constexpr (DIM >= 2)
+        inside = inside && fixed_taps<O, DER>(x[1], G.src[1], G.sst[1], f1);
+      else
+        set_constant(f1);
+      if constexpr (DIM >= 3)
+        inside = inside && fixed_taps<O, DER>(x[0], G.src[0], G.sst[0], f0);
+      else
+        set_constant(f0);
+      if (inside) {
+        Op::template apply<O0 + 1, O1 + 1, O + 1>(G, b, p, poff, f0, f1, f2);
+        return;
+      }
+    }
+    border_point<Op, O, DIM>(G, b, p, poff, x[0], x[1], x[2]);
+  } else {
+    RTaps<A, kMaxTaps, DER> t[3];
+#pragma unroll 1
+    for (int k = 0; k < 3; ++k) {
+      if (k < first)
+        t[k].set_constant();
+      else
+        folded_taps_rt<DER>(G.order[k], x[k], static_cast<int64_t>(G.src[k]), G.bound[k],
+                            static_cast<int64_t>(G.sst[k]), t[k]);
+    }
+    if (t[0].n == 0 || t[1].n == 0 || t[2].n == 0) {
+      Op::empty(G, b, p);
+      return;
+    }
+    Op::template apply<0, 0, 0>(G, b, p, poff, t[0], t[1], t[2]);
+  }
+}
+
+// x: points of a batch (one thread each); y: batches (strided loop past 65535). G stays in
+// parameter space (__grid_constant__: border_point takes its address without a copy).
+template <class Op, int O, int DIM>
+__global__ void __launch_bounds__(kThreads)
+    pushpull_kernel(const __grid_constant__ Geo<typename Op::I> G) {
+  using I = typename Op::I;
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (q >= static_cast<int64_t>(G.P)) return;
+  const I p = static_cast<I>(q);
+  I goff, poff;
+  if (G.flat) {
+    goff = p * G.gP;
+    poff = p * G.pP;
+  } else {
+    const I i2 = p % G.pts[2];
+    const I r = p / G.pts[2];
+    const I i1 = r % G.pts[1];
+    const I i0 = r / G.pts[1];
+    goff = i0 * G.g[0] + i1 * G.g[1] + i2 * G.g[2];
+    poff = i0 * G.ps[0] + i1 * G.ps[1] + i2 * G.ps[2];
+  }
+  for (I b = static_cast<I>(blockIdx.y); b < G.B; b += static_cast<I>(gridDim.y))
+    run_point<Op, O, DIM>(G, b, p, goff + b * G.gB, poff + b * G.pB);
+}
+
+// --------------------------------------------------------------------------------------------
+// Variant selection and launch. MASK bit o: fast path for "every dim has order o".
+template <class Op, int O, int DIM>
+cudaError_t launch_variant(const Params& prm, cudaStream_t stream) {
+  const Geo<typename Op::I> G = make_geo<typename Op::I>(prm);
+  const int64_t bx = (prm.P + kThreads - 1) / kThreads;
+  const dim3 grid(static_cast<unsigned>(bx),
+                  static_cast<unsigned>(prm.B < kMaxGridY ? prm.B : kMaxGridY));
+#ifdef NJ_PUSHPULL_EMULATE  // host emulation for tests without a GPU (tests/test_cuda_emu.py)
+  (void)stream;
+  nj_emulate_launch(grid, dim3(kThreads), [&] { pushpull_kernel<Op, O, DIM>(G); });
+  return cudaSuccess;
+#else
+  pushpull_kernel<Op, O, DIM><<<grid, kThreads, 0, stream>>>(G);
+  return cudaGetLastError();
+#endif
+}
+
+template <class Op, int O>
+cudaError_t launch_dim(const Params& prm, cudaStream_t stream) {
+  switch (prm.D) {
+    case 1: return launch_variant<Op, O, 1>(prm, stream);
+    case 2: return launch_variant<Op, O, 2>(prm, stream);
+    default: return launch_variant<Op, O, 3>(prm, stream);
+  }
+}
+
+template <class Op, int MASK>
+cudaError_t launch_op(const Params& prm, cudaStream_t stream) {
+  const int f = 3 - prm.D;
+  const int o = prm.order[f];
+  bool iso = true;
+  for (int k = f; k < 3; ++k) iso = iso && prm.order[k] == o;
+  if (iso) {
+    if constexpr ((MASK & 1) != 0)
+      if (o == 0) return launch_dim<Op, 0>(prm, stream);
+    if constexpr ((MASK & 2) != 0)
+      if (o == 1) return launch_dim<Op, 1>(prm, stream);
+    if constexpr ((MASK & 4) != 0)
+      if (o == 2) return launch_dim<Op, 2>(prm, stream);
+    if constexpr ((MASK & 8) != 0)
+      if (o == 3) return launch_dim<Op, 3>(prm, stream);
+  }
+  return launch_variant<Op, -1, 0>(prm, stream);
+}
+
+// MASK32: fast paths with 32-bit offsets; MASK64: with 64-bit offsets (huge tensors).
+template <template <typename, typename> class OpT, int MASK32, int MASK64>
+cudaError_t launch_all(const Params& prm, Dtype dtype, bool i32, cudaStream_t stream) {
+  auto go = [&](auto s) -> cudaError_t {
+    using S = decltype(s);
+    if (i32) return launch_op<OpT<S, int32_t>, MASK32>(prm, stream);
+    return launch_op<OpT<S, int64_t>, MASK64>(prm, stream);
+  };
+  switch (dtype) {
+    case kHalf: return go(__half());
+    case kBFloat16: return go(__nv_bfloat16());
+    case kFloat: return go(float());
+    default: return go(double());
+  }
+}
+
+}  // namespace cuda
+}  // namespace pushpull
+}  // namespace nitorch_jit

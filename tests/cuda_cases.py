@@ -1,0 +1,111 @@
+"""Cases shared by the CUDA kernel tests (tests/test_cuda.py on a GPU, tests/test_cuda_emu.py
+with the host emulation of the kernels): random arguments for the six pushpull ops, the
+(dim, order, bound, extrapolate) sweep, and the comparison with the compiled CPU kernels.
+The contract is docs/pushpull-spec.md.
+"""
+import itertools
+
+import torch
+
+F64 = torch.float64
+OPS = ["grid_pull", "grid_push", "grid_grad", "grid_pushgrad", "grid_grad_dot", "grid_hess_dot"]
+BOUNDS = list(range(7))  # replicate, dct1, dct2, dst1, dst2, dft, zero
+# sizes chosen so that every fast path (orders 0, 1, 3) sees interior and border points
+SRC = [7, 6, 8]
+PTS = [4, 3, 5]
+
+
+def rand_coords(shape_out, shape_in, margin=2.5, seed=0, batch=1):
+    """float64 voxel coordinates in [-margin, n-1+margin], away from the spline knots
+    (integers and half-integers), so that float32 rounding cannot change the taps."""
+    gen = torch.Generator().manual_seed(seed)
+    D = len(shape_in)
+    size = [batch, *shape_out, D]
+    lo = torch.tensor([-margin] * D, dtype=F64)
+    hi = torch.tensor([n - 1 + margin for n in shape_in], dtype=F64)
+    base = torch.floor(lo + torch.rand(size, generator=gen, dtype=F64) * (hi - lo))
+    frac = 0.03 + 0.44 * torch.rand(size, generator=gen, dtype=F64)
+    frac = frac + 0.5 * (torch.rand(size, generator=gen, dtype=F64) < 0.5)
+    return base + frac
+
+
+def randn(*shape, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=gen, dtype=F64)
+
+
+def case_args(op, D, B=2, C=2, S=None, O=None, seed=0, margin=2.5):
+    """float64 CPU tensor arguments (before order/bound/extrapolate) of `op`."""
+    S = list(S or SRC[:D])
+    O = list(O or PTS[:D])
+    grid = rand_coords(O, S, margin=margin, seed=seed, batch=B)
+    if op in ("grid_pull", "grid_grad"):
+        return [randn(B, C, *S, seed=seed + 1), grid]
+    if op == "grid_push":
+        return [randn(B, C, *O, seed=seed + 1), grid, S]
+    if op == "grid_pushgrad":
+        return [randn(B, C, *O, D, seed=seed + 1), grid, S]
+    w = randn(B, C, *O, *([D] if op == "grid_hess_dot" else []), seed=seed + 2)
+    return [w, randn(B, C, *S, seed=seed + 1), grid]
+
+
+def convert(args, device=None, dtype=None, grid_dtype=None):
+    """Move / cast the tensor arguments; the grid (always the last tensor) may get its own dtype."""
+    tensors = [i for i, a in enumerate(args) if torch.is_tensor(a)]
+    out = list(args)
+    for i in tensors:
+        dt = grid_dtype if (i == tensors[-1] and grid_dtype is not None) else dtype
+        out[i] = args[i].to(device=device, dtype=dt)
+    return out
+
+
+def sweep(D, full=True):
+    """(order, bound) lists of one dim count: every iso order 0..7 with every bound, plus mixed
+    orders (the generic path) and mixed bounds."""
+    out = [([o] * D, [b] * D) for o in range(8) for b in BOUNDS] if full else \
+        [([o] * D, [b] * D) for o in (0, 1, 2, 3, 5) for b in (0, 3, 6)]
+    if D > 1:
+        mixed = [[1, 3, 0], [2, 5, 7], [3, 1, 1], [0, 4, 6]]
+        bmix = [[6, 3, 1], [0, 5, 2], [4, 6, 0], [2, 2, 3]]
+        out += [(o[:D], b[:D]) for o, b in zip(mixed, bmix)]
+        out += [([3] * D, b[:D]) for b in bmix]  # fast path, per-dim bounds
+    return out
+
+
+def close(got, ref, tol):
+    """Max abs difference within tol * max(1, max |ref|); returns an error string or None."""
+    got = got.detach().to("cpu", F64)
+    ref = ref.detach().to("cpu", F64)
+    if got.shape != ref.shape:
+        return f"shape {tuple(got.shape)} != {tuple(ref.shape)}"
+    if got.numel() == 0:
+        return None
+    scale = max(1.0, ref.abs().max().item())
+    err = (got - ref).abs().max().item()
+    if not err <= tol * scale:  # also catches NaN
+        return f"max |diff| {err:.3g} > {tol:.1g} * {scale:.3g}"
+    return None
+
+
+def compare_sweep(target, ref, device, op, D, ex, dtype=F64, tol=1e-10, full=True,
+                  grid_dtype=None, **case):
+    """Run `op` of the namespaces `target` (on `device`) and `ref` (CPU, float64 or float32) on
+    every (order, bound) of the sweep; return the list of failures."""
+    fails = []
+    for i, (order, bound) in enumerate(sweep(D, full)):
+        args = case_args(op, D, seed=i, **case)
+        rdt = F64 if dtype == F64 else torch.float32
+        if dtype in (torch.float16, torch.bfloat16):  # the reference sees the rounded values
+            rargs = convert(convert(args, dtype=dtype, grid_dtype=grid_dtype), dtype=rdt)
+        else:
+            rargs = convert(args, dtype=rdt)
+        want = getattr(ref, op)(*rargs, order, bound, ex)
+        got = getattr(target, op)(*convert(args, device, dtype, grid_dtype), order, bound, ex)
+        msg = close(got, want, tol)
+        if msg:
+            fails.append(f"{op} D={D} order={order} bound={bound} ex={ex} {dtype}: {msg}")
+    return fails
+
+
+def combos():
+    return list(itertools.product([1, 2, 3], [False, True]))

@@ -1,0 +1,216 @@
+"""The CUDA pushpull kernels, run by their host emulation (no GPU needed).
+
+tests/data/pushpull_cuda_emu.cpp compiles the CUDA sources of csrc/pushpull (kernels, variant
+dispatch, host-side checks and geometry) with the host C++ compiler, emulating the CUDA
+built-ins (thread indices, __ldg, atomicAdd) and running the threads of each launch one after
+the other. Its ops (namespace nj_emu, CPU tensors) are compared with the compiled CPU kernels
+on every (dim, order, bound, extrapolate), in float64, float32, float16 and bfloat16, with
+32- and 64-bit offsets, non-contiguous / broadcast / non-flat tensors, non-finite points and
+bad arguments. What only a GPU shows (concurrency, atomics, memory spaces, the launch itself)
+is left to tests/test_cuda.py. Needs the CUDA toolkit's headers (cuda_runtime_api.h,
+cuda_fp16.h), not a GPU; skipped without them.
+"""
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from nitorch_jit import backend
+from nitorch_jit.jit import toolchain
+from nitorch_jit.ops.library import MODULES
+
+import cuda_cases as K
+
+ROOT = Path(__file__).resolve().parent.parent
+F32, F64 = torch.float32, torch.float64
+
+
+def _cuda_include():
+    try:
+        home, _ = toolchain.find_cuda_home()
+    except toolchain.ToolchainError as e:
+        pytest.skip(f"no CUDA toolkit headers: {e}")
+    return str(Path(home) / "include")
+
+
+@pytest.fixture(scope="module")
+def EMU():
+    """torch.ops.nj_emu: the emulated CUDA kernels (built once per test cache)."""
+    include = _cuda_include()
+    try:
+        toolchain.find_cxx()
+        toolchain.find_ninja()
+    except toolchain.ToolchainError as e:
+        pytest.skip(str(e))
+    from torch.utils import cpp_extension
+    if not hasattr(torch.ops.nj_emu, "grid_pull"):
+        lib = torch.library.Library("nj_emu", "DEF")
+        for name, schema in MODULES["pushpull"].items():
+            lib.define(name + schema)
+        EMU._lib = lib  # keep the definitions alive
+    build = Path(os.environ["NI_JIT_CACHE_DIR"]) / "pushpull_cuda_emu"
+    build.mkdir(parents=True, exist_ok=True)
+    cpp_extension.load(
+        name="nj_pushpull_cuda_emu",
+        sources=[str(ROOT / "tests" / "data" / "pushpull_cuda_emu.cpp")],
+        extra_include_paths=[str(ROOT / "csrc" / "include"), str(ROOT / "csrc" / "pushpull"),
+                             include],
+        extra_cflags=["-O1", "-Wno-attributes"],
+        build_directory=str(build),
+        is_python_module=False,
+    )
+    return torch.ops.nj_emu
+
+
+@pytest.fixture(scope="module")
+def C():
+    """torch.ops.nitorch_jit with the compiled CPU kernels: the reference."""
+    assert backend.ensure("pushpull", "cpu") == "C", backend.status()
+    return torch.ops.nitorch_jit
+
+
+def _check(fails):
+    assert not fails, f"{len(fails)} failures:\n" + "\n".join(fails[:20])
+
+
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("D,ex", K.combos())
+def test_sweep_float64(EMU, C, op, D, ex):
+    _check(K.compare_sweep(EMU, C, "cpu", op, D, ex, F64, 1e-10))
+
+
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("D", [1, 2, 3])
+def test_sweep_float32(EMU, C, op, D):
+    _check(K.compare_sweep(EMU, C, "cpu", op, D, True, F32, 1e-4))
+
+
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("D,ex", [(2, False), (3, True)])
+def test_sweep_64bit_offsets(EMU, C, op, D, ex, monkeypatch):
+    monkeypatch.setenv("NI_JIT_CUDA_INDEX", "64")
+    _check(K.compare_sweep(EMU, C, "cpu", op, D, ex, F64, 1e-10, full=False))
+
+
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("dtype,grid_dtype,tol", [
+    (torch.float16, None, 2e-3), (torch.float16, F32, 2e-3),
+    (torch.bfloat16, None, 1.6e-2), (torch.bfloat16, F32, 1.6e-2)])
+def test_half(EMU, C, op, dtype, grid_dtype, tol):
+    # coordinates stay exact enough in half precision on these small images
+    _check(K.compare_sweep(EMU, C, "cpu", op, 3, True, dtype, tol, full=False,
+                           grid_dtype=grid_dtype))
+
+
+def test_half_output_dtypes(EMU):
+    x, g = K.case_args("grid_pull", 2)
+    for dt, gdt in [(torch.float16, torch.float16), (torch.bfloat16, F32)]:
+        xi, gi = x.to(dt), g.to(gdt)
+        assert EMU.grid_pull(xi, gi, [1, 1], [0, 0], True).dtype == dt
+        assert EMU.grid_grad(xi, gi, [1, 1], [0, 0], True).dtype == dt
+        y = EMU.grid_pull(xi, gi, [1, 1], [0, 0], True)
+        assert EMU.grid_push(y, gi, [7, 6], [1, 1], [0, 0], True).dtype == dt
+        assert EMU.grid_grad_dot(y, xi, gi, [1, 1], [0, 0], True).dtype == gdt
+
+
+# ----------------------------------------------------------------------------- layouts
+def _layouts(op, D):
+    """Argument variants: non-contiguous tensors, batch stride 0, a non-flat grid."""
+    args = K.case_args(op, D, B=3, C=3)
+    out = [("contiguous", args)]
+    # every tensor transposed twice (non-contiguous, same values)
+    nc = [a.transpose(0, -1).contiguous().transpose(0, -1) if torch.is_tensor(a) else a
+          for a in args]
+    out.append(("non-contiguous", nc))
+    # batch stride 0 for every tensor
+    b0 = [a[:1].expand(a.shape) if torch.is_tensor(a) else a for a in args]
+    out.append(("batch-stride-0", b0))
+    # grid sliced from a larger one: spatial strides not collapsible (non-flat path)
+    grid = args[-1] if torch.is_tensor(args[-1]) else args[1]
+    big = torch.zeros(grid.shape[0], *[s + 2 for s in grid.shape[1:-1]], D + 1, dtype=F64)
+    view = big[(slice(None),) + tuple(slice(1, 1 + s) for s in grid.shape[1:-1]) + (slice(0, D),)]
+    view.copy_(grid)
+    nf = [view if a is grid else a for a in args]
+    out.append(("non-flat grid", nf))
+    return out
+
+
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("order", [1, 3, 5])
+def test_layouts(EMU, C, op, D, order):
+    fails = []
+    for name, args in _layouts(op, D):
+        for bound in ([0] * D, [6] * D):
+            want = getattr(C, op)(*[a.contiguous() if torch.is_tensor(a) else a for a in args],
+                                  [order] * D, bound, False)
+            got = getattr(EMU, op)(*args, [order] * D, bound, False)
+            msg = K.close(got, want, 1e-10)
+            if msg:
+                fails.append(f"{name} bound={bound}: {msg}")
+    _check(fails)
+
+
+# ----------------------------------------------------------------------------- edge cases
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("ex", [False, True])
+def test_non_finite_points(EMU, C, op, ex):
+    args = K.case_args(op, 3)
+    grid = args[-1] if torch.is_tensor(args[-1]) else args[1]
+    grid[0, 0, 0, 0, 0] = float("nan")
+    grid[0, 1, 0, 0, 1] = float("inf")
+    grid[1, 0, 1, 0, 2] = -float("inf")
+    grid[1, 1, 1, 1, 0] = 1e30  # far out: clamped (extrapolate) or out of range
+    for order in ([1] * 3, [3] * 3, [2, 0, 5]):
+        want = getattr(C, op)(*args, order, [2, 6, 5], ex)
+        got = getattr(EMU, op)(*args, order, [2, 6, 5], ex)
+        msg = K.close(got, want, 1e-10)
+        assert msg is None, f"order={order}: {msg}"
+
+
+def test_dropped_taps_read_nothing(EMU):
+    # zero / dst1 bounds: a tap past the border is dropped, it must not read the voxel its
+    # folded index names (index 0, here NaN); the legitimate taps never reach index 0
+    x = torch.tensor([[[float("nan"), 1.0, 1.0, 1.0, 1.0]]], dtype=F64)
+    g = torch.tensor([[[3.6], [4.02], [3.9]]], dtype=F64)
+    for order in (1, 2, 3):
+        for bound in (3, 6):
+            y = EMU.grid_pull(x, g, [order], [bound], True)
+            assert torch.isfinite(y).all(), (order, bound, y)
+            w = torch.ones(1, 1, 3, dtype=F64)
+            assert torch.isfinite(EMU.grid_grad_dot(w, x, g, [order], [bound], True)).all()
+
+
+def test_empty(EMU, C):
+    x, g = K.case_args("grid_pull", 2)
+    assert EMU.grid_pull(x[:, :0], g, [1, 1], [0, 0], True).shape == (2, 0, 4, 3)
+    assert EMU.grid_pull(x, g[:, :0], [1, 1], [0, 0], True).shape == (2, 2, 0, 3)
+    assert (EMU.grid_pull(x[:, :, :0], g, [1, 1], [0, 0], True) == 0).all()
+    y = torch.ones(2, 2, 4, 3, dtype=F64)
+    assert EMU.grid_push(y, g, [0, 6], [1, 1], [0, 0], True).shape == (2, 2, 0, 6)
+    assert (EMU.grid_grad_dot(y, x[:, :, :0], g, [1, 1], [0, 0], True) == 0).all()
+
+
+def test_bad_input_raises(EMU):
+    x, g = K.case_args("grid_pull", 2)
+    with pytest.raises(RuntimeError, match="order"):
+        EMU.grid_pull(x, g, [9, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="bound"):
+        EMU.grid_pull(x, g, [1, 1], [7, 0], True)
+    with pytest.raises(RuntimeError, match="dtype"):
+        EMU.grid_pull(x.float(), g, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="dtype"):
+        EMU.grid_pull(x.half(), g, [1, 1], [0, 0], True)  # half data: grid half or float32
+    with pytest.raises(RuntimeError, match="batch"):
+        EMU.grid_pull(x[:1], g, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="dims"):
+        EMU.grid_pull(x[0], g, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="grid must be float16, bfloat16, float32"):
+        EMU.grid_pull(x, g.int(), [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="shape"):
+        EMU.grid_push(x[:, :, :4, :3], g, [7], [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="spatial shape"):
+        EMU.grid_push(x, g, [7, 6], [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="channels"):
+        EMU.grid_grad_dot(torch.ones(2, 3, 4, 3, dtype=F64), x, g, [1, 1], [0, 0], True)
