@@ -106,9 +106,10 @@ void gather_tile(const Table<T>& tab, const T* NJ_RESTRICT bin, T* NJ_RESTRICT b
 // (i, l) at s[i * sN + l * sL] / d[i * dN + l * dL]. Forward: prefilter the loaded lines
 // (plan), then gather. Adjoint: gather (transposed table), then the adjoint prefilter.
 // bi / bo: buffers of lin * W and lout * W.
-template <typename T, bool ADJ, int K>
-void block_k(const T* s, int64_t sN, int64_t sL, T* d, int64_t dN, int64_t dL, int64_t nlane,
-             int64_t lin, const Table<T>& tab, const LinePlan* plan, T* bi, T* bo) {
+template <typename T, int K>
+void block_k(bool ADJ, const T* s, int64_t sN, int64_t sL, T* d, int64_t dN, int64_t dL,
+             int64_t nlane, int64_t lin, const Table<T>& tab, const LinePlan* plan, T* bi,
+             T* bo) {
   constexpr int W = lines::Lanes<T>::W;
   const int64_t lout = tab.rows;
   for (int64_t l0 = 0; l0 < nlane; l0 += W) {
@@ -121,16 +122,15 @@ void block_k(const T* s, int64_t sN, int64_t sL, T* d, int64_t dN, int64_t dL, i
   }
 }
 
+// Specialised for the common orders 1-3 (K = 2-4 forward); any other K at run time.
 template <typename T, bool ADJ>
 void block(const T* s, int64_t sN, int64_t sL, T* d, int64_t dN, int64_t dL, int64_t nlane,
            int64_t lin, const Table<T>& tab, const LinePlan* plan, T* bi, T* bo) {
   switch (tab.K) {
-#define NJ_BLOCK_CASE(k) \
-    case k: block_k<T, ADJ, k>(s, sN, sL, d, dN, dL, nlane, lin, tab, plan, bi, bo); break;
-    NJ_BLOCK_CASE(1) NJ_BLOCK_CASE(2) NJ_BLOCK_CASE(3) NJ_BLOCK_CASE(4)
-    NJ_BLOCK_CASE(5) NJ_BLOCK_CASE(6) NJ_BLOCK_CASE(7) NJ_BLOCK_CASE(8)
-#undef NJ_BLOCK_CASE
-    default: block_k<T, ADJ, 0>(s, sN, sL, d, dN, dL, nlane, lin, tab, plan, bi, bo);  // runtime K
+    case 2: block_k<T, 2>(ADJ, s, sN, sL, d, dN, dL, nlane, lin, tab, plan, bi, bo); break;
+    case 3: block_k<T, 3>(ADJ, s, sN, sL, d, dN, dL, nlane, lin, tab, plan, bi, bo); break;
+    case 4: block_k<T, 4>(ADJ, s, sN, sL, d, dN, dL, nlane, lin, tab, plan, bi, bo); break;
+    default: block_k<T, 0>(ADJ, s, sN, sL, d, dN, dL, nlane, lin, tab, plan, bi, bo);
   }
 }
 
