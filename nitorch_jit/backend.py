@@ -51,8 +51,9 @@ def module_spec(module, device_type, archs=None):
     if device_type == "cpu":
         sources = sorted(folder.glob("*.cpp"))
         omp = toolchain.openmp_flags()
+        # no -std flag: torch adds the standard its headers need (c++17 up to 2.x, c++20 later)
         return jit.ModuleSpec(module, "cpu", sources, [CSRC / "include", folder],
-                              cflags=["-O3", "-std=c++17"] + omp, ldflags=list(omp))
+                              cflags=["-O3"] + omp, ldflags=list(omp))
     if device_type == "cuda":
         if not toolchain.cuda_enabled():
             raise toolchain.ToolchainError("CUDA builds are off (NI_USE_CUDA=0)")

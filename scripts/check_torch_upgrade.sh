@@ -25,9 +25,9 @@ unzip -l "$WHEEL" | grep -q "nitorch_jit/csrc/pushpull/" || { echo "FAIL: wheel 
 venv() {  # venv DIR TORCH_VERSION
     if [ ! -x "$1/bin/python" ] || ! "$1/bin/python" -c "import torch,sys; sys.exit(torch.__version__.split('+')[0] != '$2')" 2>/dev/null; then
         rm -rf "$1"; "$PY" -m venv "$1"
-        "$1/bin/pip" install -q "torch==$2" numpy ninja platformdirs filelock
+        "$1/bin/pip" install -q "torch==$2" numpy ninja platformdirs filelock 2>&1 | grep -v "^WARNING: Location" || true
     fi
-    "$1/bin/pip" install -q --force-reinstall --no-deps "$WHEEL"
+    "$1/bin/pip" install -q --force-reinstall --no-deps "$WHEEL" 2>&1 | grep -v "^WARNING: Location" || true
 }
 echo "== venv A: torch $TORCH_A"; venv "$WORK/venv-a" "$TORCH_A"
 echo "== venv B: torch $TORCH_B"; venv "$WORK/venv-b" "$TORCH_B"
