@@ -64,7 +64,7 @@ def module_spec(module, device_type, archs=None):
         # no -std for nvcc: torch.utils.cpp_extension adds the standard its torch needs
         # (c++17, or c++20 from torch 2.14 on, whose headers reject c++17)
         return jit.ModuleSpec(module, "cuda", sources, [CSRC / "include", folder],
-                              cflags=["-O3", "-std=c++17"],
+                              cflags=["-O3"],
                               cuda_cflags=["-O3", "--expt-relaxed-constexpr"]
                               + toolchain.arch_flags(archs),
                               archs=archs)
