@@ -118,13 +118,17 @@ def test_vs_torch_full(C, TORCH, op):
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("order", [1, 3])
-def test_vs_torch_fast_paths_larger(C, TORCH, op, order):
-    """Sizes large enough for the parallel split and for interior (unrolled) and border taps."""
-    D = 3
-    args = case_args(op, D, B=1, Cn=3, S=[9, 8, 10], O=[12, 10, 14], margin=1.5, seed=3)
-    a = getattr(C, op)(*args, [order] * D, [2, 5, 3], True)
-    b = getattr(TORCH, op)(*args, [order] * D, [2, 5, 3], True)
+@pytest.mark.parametrize("order", [0, 1, 2, 3])
+@pytest.mark.parametrize("D", [2, 3])
+@pytest.mark.parametrize("Cn", [1, 3])
+def test_vs_torch_fast_paths_larger(C, TORCH, op, order, D, Cn):
+    """Fast paths (every dim of order 0-3, D = 2, 3): sizes large enough for the parallel split
+    and for both interior (unrolled) and border (folded) points; one and several channels."""
+    S, O = [9, 8, 10][-D:], [12, 10, 14][-D:]
+    args = case_args(op, D, B=1, Cn=Cn, S=S, O=O, margin=1.5, seed=3)
+    bound = [2, 5, 3][-D:]
+    a = getattr(C, op)(*args, [order] * D, bound, True)
+    b = getattr(TORCH, op)(*args, [order] * D, bound, True)
     close(a, b)
 
 

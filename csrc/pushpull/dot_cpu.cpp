@@ -9,8 +9,8 @@ namespace pushpull {
 namespace cpu {
 namespace {
 
-constexpr int kGradDotFast = (1 << 1) | (1 << 3);
-constexpr int kHessDotFast = (1 << 1) | (1 << 3);
+constexpr int kGradDotFast = (1 << 1) | (1 << 2) | (1 << 3);
+constexpr int kHessDotFast = (1 << 1) | (1 << 2) | (1 << 3);
 
 struct WeightStrides {
   int64_t sB, sC, s[3], sD;

@@ -9,8 +9,8 @@ namespace cpu {
 namespace {
 
 // Fast paths: every dim of order 0, 1 or 3.
-constexpr int kPullFast = (1 << 0) | (1 << 1) | (1 << 3);
-constexpr int kGradFast = (1 << 1) | (1 << 3);
+constexpr int kPullFast = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3);
+constexpr int kGradFast = (1 << 1) | (1 << 2) | (1 << 3);
 
 template <typename T>
 struct PullOp {

@@ -8,8 +8,8 @@ namespace pushpull {
 namespace cpu {
 namespace {
 
-constexpr int kPushFast = (1 << 0) | (1 << 1) | (1 << 3);
-constexpr int kPushGradFast = (1 << 1) | (1 << 3);
+constexpr int kPushFast = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3);
+constexpr int kPushGradFast = (1 << 1) | (1 << 2) | (1 << 3);
 
 // Strides of a per-point tensor [B, C, *O(, D)] in internal (padded) order.
 struct PointStrides {

@@ -89,6 +89,17 @@ NJ_HD NJ_INLINE void line_taps(int64_t i0, T u, int64_t stride, LineTaps<T, O + 
 template <int DER, typename T, int MAXT>
 NJ_HD inline void fold_taps(int64_t i0, int order, const T* w, const T* dw, const T* ddw,
                             int64_t n, int bound, int64_t stride, Taps<T, MAXT, DER>& t) {
+  if (i0 >= 0 && i0 + order < n) {  // inside: no folding
+    int64_t o = i0 * stride;
+    for (int k = 0; k <= order; ++k, o += stride) {
+      t.off_[k] = o;
+      t.w_[k] = w[k];
+      if (DER >= 1) t.dw_[k] = dw[k];
+      if (DER >= 2) t.ddw_[k] = ddw[k];
+    }
+    t.n = order + 1;
+    return;
+  }
   int m = 0;
   for (int k = 0; k <= order; ++k) {
     int s;
