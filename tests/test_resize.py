@@ -282,3 +282,18 @@ def test_torch_backend_subprocess(c_ops, tmp_path):
     assert torch.allclose(y, api.resize(x, 1.5, interpolation=3, bound="dct1"), atol=1e-10)
     assert torch.allclose(z, api.restrict(x, 2, anchor="e"), atol=1e-10)
     assert torch.allclose(c, splinc.spline_coeff_nd(x, 4, "dft", dim=2), atol=1e-10)
+
+
+def test_threads_agree(c_ops):
+    fwd, adj = c_ops
+    x = torch.randn(3, 2, 20, 17, 9, dtype=torch.float64)
+    args = ([31, 8, 9], [20 / 31, 17 / 8, 1.0], [0.1, 0.2, 0.0], [3, 1, 2], [2, 5, 1], True)
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one, one_a = fwd(x, *args), adj(x, *args)
+        torch.set_num_threads(max(2, n))
+        two, two_a = fwd(x, *args), adj(x, *args)
+    finally:
+        torch.set_num_threads(n)
+    assert torch.equal(one, two) and torch.equal(one_a, two_a)

@@ -287,3 +287,16 @@ def test_torch_compile(c_op):
         return u + 1
 
     assert torch.allclose(torch.compile(g, fullgraph=True)(x), g(x))
+
+
+def test_threads_agree(c_op):
+    x = torch.randn(6, 40, 33, dtype=torch.float64)
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = c_op(x, [3, 5, 7], [2, 1, 5], [0, 1, 2], False)
+        torch.set_num_threads(max(2, n))
+        two = c_op(x, [3, 5, 7], [2, 1, 5], [0, 1, 2], False)
+    finally:
+        torch.set_num_threads(n)
+    assert torch.equal(one, two)
