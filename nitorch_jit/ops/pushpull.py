@@ -160,10 +160,20 @@ def _prepare(input, grid, dim, input_core):
         raise ValueError(f"input batch dims {tuple(ibatch)} and grid batch dims "
                          f"{tuple(gbatch)} do not broadcast") from None
     out_dtype = input.dtype
-    if input.dtype in _HALF or grid.dtype in _HALF:  # computed in float32, cast back
+    if _half_kernels(input):  # half data, computed in float32 by the kernels
+        if grid.dtype != input.dtype:
+            grid = grid.float()
+    elif input.dtype in _HALF or grid.dtype in _HALF:  # computed in float32, cast back
         input, grid = input.float(), grid.float()
         out_dtype = out_dtype if out_dtype in _HALF else torch.float32
     return _flatten_batch(input, ibatch, batch), _flatten_batch(grid, gbatch, batch), batch, out_dtype
+
+
+def _half_kernels(input):
+    """The compiled CUDA kernels take float16/bfloat16 data (with a grid of the same dtype or
+    float32); the CPU kernels and the pure-PyTorch ones get float32 copies."""
+    return (input.dtype in _HALF and input.device.type == "cuda" and not _is_compiling()
+            and backend.ensure(_MODULE, input.device) == "C")
 
 
 def _options(dim, interpolation, bound, extrapolate):
