@@ -109,3 +109,51 @@ def compare_sweep(target, ref, device, op, D, ex, dtype=F64, tol=1e-10, full=Tru
 
 def combos():
     return list(itertools.product([1, 2, 3], [False, True]))
+
+
+def grid_of(args):
+    return args[-1] if torch.is_tensor(args[-1]) else args[1]
+
+
+def layouts(op, D, device="cpu"):
+    """(name, args) variants of float64 arguments on `device` with the same values:
+    contiguous, non-contiguous, batch stride 0, and a grid whose spatial strides do not
+    collapse (the kernels' non-flat indexing)."""
+    args = [a.to(device) if torch.is_tensor(a) else a for a in case_args(op, D, B=3, C=3)]
+    out = [("contiguous", args)]
+    nc = [a.transpose(0, -1).contiguous().transpose(0, -1) if torch.is_tensor(a) else a
+          for a in args]
+    out.append(("non-contiguous", nc))
+    b0 = [a[:1].expand(a.shape) if torch.is_tensor(a) else a for a in args]
+    out.append(("batch-stride-0", b0))
+    grid = grid_of(args)
+    big = torch.zeros(grid.shape[0], *[s + 2 for s in grid.shape[1:-1]], D + 1, dtype=F64,
+                      device=device)
+    view = big[(slice(None),) + tuple(slice(1, 1 + s) for s in grid.shape[1:-1]) + (slice(0, D),)]
+    view.copy_(grid)
+    out.append(("non-flat grid", [view if a is grid else a for a in args]))
+    return out
+
+
+def compare_layouts(target, ref, device, op, D, order):
+    fails = []
+    for name, args in layouts(op, D, device):
+        cpu = [a.cpu().contiguous() if torch.is_tensor(a) else a for a in args]
+        for bound in ([0] * D, [6] * D):
+            want = getattr(ref, op)(*cpu, [order] * D, bound, False)
+            got = getattr(target, op)(*args, [order] * D, bound, False)
+            msg = close(got, want, 1e-10)
+            if msg:
+                fails.append(f"{op} D={D} order={order} {name} bound={bound}: {msg}")
+    return fails
+
+
+def non_finite_args(op):
+    """3-D arguments whose grid holds NaN, +-inf and a huge coordinate."""
+    args = case_args(op, 3)
+    grid = grid_of(args)
+    grid[0, 0, 0, 0, 0] = float("nan")
+    grid[0, 1, 0, 0, 1] = float("inf")
+    grid[1, 0, 1, 0, 2] = -float("inf")
+    grid[1, 1, 1, 1, 0] = 1e30  # far out: clamped (extrapolate) or out of range
+    return args

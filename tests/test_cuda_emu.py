@@ -115,53 +115,18 @@ def test_half_output_dtypes(EMU):
 
 
 # ----------------------------------------------------------------------------- layouts
-def _layouts(op, D):
-    """Argument variants: non-contiguous tensors, batch stride 0, a non-flat grid."""
-    args = K.case_args(op, D, B=3, C=3)
-    out = [("contiguous", args)]
-    # every tensor transposed twice (non-contiguous, same values)
-    nc = [a.transpose(0, -1).contiguous().transpose(0, -1) if torch.is_tensor(a) else a
-          for a in args]
-    out.append(("non-contiguous", nc))
-    # batch stride 0 for every tensor
-    b0 = [a[:1].expand(a.shape) if torch.is_tensor(a) else a for a in args]
-    out.append(("batch-stride-0", b0))
-    # grid sliced from a larger one: spatial strides not collapsible (non-flat path)
-    grid = args[-1] if torch.is_tensor(args[-1]) else args[1]
-    big = torch.zeros(grid.shape[0], *[s + 2 for s in grid.shape[1:-1]], D + 1, dtype=F64)
-    view = big[(slice(None),) + tuple(slice(1, 1 + s) for s in grid.shape[1:-1]) + (slice(0, D),)]
-    view.copy_(grid)
-    nf = [view if a is grid else a for a in args]
-    out.append(("non-flat grid", nf))
-    return out
-
-
 @pytest.mark.parametrize("op", K.OPS)
 @pytest.mark.parametrize("D", [1, 2, 3])
 @pytest.mark.parametrize("order", [1, 3, 5])
 def test_layouts(EMU, C, op, D, order):
-    fails = []
-    for name, args in _layouts(op, D):
-        for bound in ([0] * D, [6] * D):
-            want = getattr(C, op)(*[a.contiguous() if torch.is_tensor(a) else a for a in args],
-                                  [order] * D, bound, False)
-            got = getattr(EMU, op)(*args, [order] * D, bound, False)
-            msg = K.close(got, want, 1e-10)
-            if msg:
-                fails.append(f"{name} bound={bound}: {msg}")
-    _check(fails)
+    _check(K.compare_layouts(EMU, C, "cpu", op, D, order))
 
 
 # ----------------------------------------------------------------------------- edge cases
 @pytest.mark.parametrize("op", K.OPS)
 @pytest.mark.parametrize("ex", [False, True])
 def test_non_finite_points(EMU, C, op, ex):
-    args = K.case_args(op, 3)
-    grid = args[-1] if torch.is_tensor(args[-1]) else args[1]
-    grid[0, 0, 0, 0, 0] = float("nan")
-    grid[0, 1, 0, 0, 1] = float("inf")
-    grid[1, 0, 1, 0, 2] = -float("inf")
-    grid[1, 1, 1, 1, 0] = 1e30  # far out: clamped (extrapolate) or out of range
+    args = K.non_finite_args(op)
     for order in ([1] * 3, [3] * 3, [2, 0, 5]):
         want = getattr(C, op)(*args, order, [2, 6, 5], ex)
         got = getattr(EMU, op)(*args, order, [2, 6, 5], ex)
