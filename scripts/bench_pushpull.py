@@ -1,0 +1,131 @@
+"""CPU speed of the resampling ops against their peers, measured in one run (issue 3 goals).
+
+3-D 128^3 (and 2-D 512^2) float32, grid = identity + uniform(-2, 2) voxels, 2 threads by default.
+Prints one table of times and ratios with the goal of each row.
+usage: python scripts/bench_pushpull.py [--threads 2] [--repeat 5] [--size3 128] [--size2 512]
+"""
+import argparse
+import time
+import warnings
+
+import torch
+
+import nitorch_jit as nj
+from nitorch_jit import backend
+from nitorch_jit.bench import print_table, synthetic, timeit, voxel_to_grid_sample
+from nitorch_jit.torch_impl import pushpull as torch_pp
+
+warnings.filterwarnings("ignore")
+ops = torch.ops.nitorch_jit
+
+
+def peers():
+    try:
+        import interpol
+    except ImportError:
+        interpol = None
+    try:
+        import scipy.ndimage as ndi
+    except ImportError:
+        ndi = None
+    return interpol, ndi
+
+
+def bench_dim(dim, size, repeat, rows, compiled_torch):
+    interpol, ndi = peers()
+    img, grid = synthetic(size, dim)
+    shape = list(img.shape[2:])
+    tag = f"{dim}-D {size}^{dim}"
+    rep = [0] * dim
+    gs_grid = voxel_to_grid_sample(grid, shape)
+    mode = "bilinear"
+
+    def gs():
+        return torch.nn.functional.grid_sample(img, gs_grid, mode=mode, padding_mode="border",
+                                               align_corners=True)
+
+    def c_pull1():
+        return ops.grid_pull(img, grid, [1] * dim, rep, True)
+
+    t_gs = timeit(gs, repeat)
+    t_c1 = timeit(c_pull1, repeat)
+    err = (c_pull1() - gs()).abs().max().item()
+    rows.append((tag, "pull order 1", f"{t_c1:.1f}", "grid_sample", f"{t_gs:.1f}",
+                 f"{t_gs / t_c1:.2f}", ">= 4" if dim == 3 else "", f"max diff {err:.1e}"))
+    if compiled_torch:
+        fn = torch.compile(torch_pp.grid_pull)
+        t0 = time.perf_counter()
+        fn(img, grid, [1] * dim, rep, True)
+        t_compile = time.perf_counter() - t0
+        t_tc = timeit(lambda: fn(img, grid, [1] * dim, rep, True), repeat)
+        rows.append((tag, "pull order 1", f"{t_c1:.1f}", "TORCH + torch.compile", f"{t_tc:.1f}",
+                     f"{t_tc / t_c1:.2f}", ">= 1.5" if dim == 3 else "",
+                     f"compile {t_compile:.0f} s"))
+    t_te = timeit(lambda: torch_pp.grid_pull(img, grid, [1] * dim, rep, True), max(1, repeat // 2))
+    rows.append((tag, "pull order 1", f"{t_c1:.1f}", "TORCH eager", f"{t_te:.1f}",
+                 f"{t_te / t_c1:.2f}", "", ""))
+    if interpol is not None:
+        t_i = timeit(lambda: interpol.grid_pull(img, grid, interpolation=1, bound="replicate",
+                                                extrapolate=True), max(1, repeat // 2))
+        rows.append((tag, "pull order 1", f"{t_c1:.1f}", "torch-interpol", f"{t_i:.1f}",
+                     f"{t_i / t_c1:.2f}", ">= 20" if dim == 3 else "", ""))
+    # order 3 vs scipy
+    t_c3 = timeit(lambda: ops.grid_pull(img, grid, [3] * dim, rep, True), repeat)
+    if ndi is not None:
+        arr = img[0, 0].numpy()
+        coords = grid[0].movedim(-1, 0).numpy()
+        t_s = timeit(lambda: ndi.map_coordinates(arr, coords, order=3, mode="nearest",
+                                                 prefilter=False), max(1, repeat // 2))
+        ref = torch.from_numpy(ndi.map_coordinates(arr, coords, order=3, mode="nearest", prefilter=False))
+        err = (ops.grid_pull(img, grid, [3] * dim, rep, True)[0, 0] - ref).abs().max().item()
+        rows.append((tag, "pull order 3", f"{t_c3:.1f}", "scipy map_coordinates", f"{t_s:.1f}",
+                     f"{t_s / t_c3:.2f}", ">= 5" if dim == 3 else "", f"max diff {err:.1e}"))
+    # push
+    t_p = timeit(lambda: ops.grid_push(img, grid, shape, [1] * dim, rep, True), repeat)
+    rows.append((tag, "push order 1", f"{t_p:.1f}", "(pull order 1)", f"{t_c1:.1f}",
+                 f"{t_c1 / t_p:.2f}", "", ""))
+    if interpol is not None:
+        t_ip = timeit(lambda: interpol.grid_push(img, grid, shape, interpolation=1,
+                                                 bound="replicate", extrapolate=True),
+                      max(1, repeat // 2))
+        rows.append((tag, "push order 1", f"{t_p:.1f}", "torch-interpol push", f"{t_ip:.1f}",
+                     f"{t_ip / t_p:.2f}", ">= 10" if dim == 3 else "", ""))
+    # forward + backward (image and grid)
+    x = img.clone().requires_grad_()
+    g = grid.clone().requires_grad_()
+    gsg = gs_grid.clone().requires_grad_()
+
+    def c_fb():
+        out = nj.grid_pull(x, g, interpolation=1, bound="replicate", extrapolate=True)
+        out.backward(torch.ones_like(out))
+
+    def gs_fb():
+        out = torch.nn.functional.grid_sample(x, gsg, mode=mode, padding_mode="border",
+                                              align_corners=True)
+        out.backward(torch.ones_like(out))
+    t_cfb = timeit(c_fb, repeat)
+    t_gfb = timeit(gs_fb, repeat)
+    rows.append((tag, "pull order 1 fwd+bwd", f"{t_cfb:.1f}", "grid_sample fwd+bwd", f"{t_gfb:.1f}",
+                 f"{t_gfb / t_cfb:.2f}", ">= 2.5" if dim == 3 else "", "image and grid grads"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--size3", type=int, default=128)
+    ap.add_argument("--size2", type=int, default=512)
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    backend.load_module("pushpull", "cpu")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, "
+          f"displacement +-2 voxels, min of {args.repeat} runs (ms); ratio = peer / nitorch_jit")
+    rows = []
+    bench_dim(3, args.size3, args.repeat, rows, not args.no_compile)
+    bench_dim(2, args.size2, args.repeat, rows, not args.no_compile)
+    print_table(rows, ["data", "op", "nitorch_jit C", "peer", "peer ms", "ratio", "goal", "note"])
+
+
+if __name__ == "__main__":
+    main()
