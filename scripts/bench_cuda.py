@@ -1,0 +1,216 @@
+"""GPU benchmark of the CUDA pushpull kernels against torch.nn.functional.grid_sample.
+
+    python scripts/bench_cuda.py [--size 256] [--repeat 20] [--json FILE] [--device cuda]
+
+One synthetic float32 volume (size^3, one channel) and a grid = identity + uniform(-2, 2)
+voxels (nitorch_jit.bench.synthetic, as `nitorch-jit bench`). Times, in one run: the GPU's
+copy bandwidth (a 1 GiB device-to-device copy), grid_sample (trilinear, zeros,
+align_corners=True) forward and forward+backward, and nitorch_jit's order-1 pull (bound zero,
+extrapolate=True: the same operator), push, and pull forward+backward, plus a few other rows
+(order 3, bfloat16). Effective bandwidth counts each tensor once (grid, values, output; the
+sampled image once). Checks the issue's targets: pull >= 1.2x faster than grid_sample,
+push <= 2x pull, forward+backward >= 1.5x faster than grid_sample's. Also reports the first
+CUDA compile of the module (or the cached build's time). Exit status 0 always (the targets
+are reported, not enforced); 1 when no GPU is available.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import nitorch_jit as nj  # noqa: E402
+from nitorch_jit import backend  # noqa: E402
+from nitorch_jit.bench import print_table, synthetic, voxel_to_grid_sample  # noqa: E402
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device, repeat, rounds=3):
+    """Milliseconds per call: best of `rounds` rounds of `repeat` back-to-back calls."""
+    fn()
+    sync(device)
+    best = float("inf")
+    for _ in range(rounds):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(repeat):
+                fn()
+            end.record()
+            end.synchronize()
+            best = min(best, start.elapsed_time(end) / repeat)
+        else:
+            t = time.perf_counter()
+            for _ in range(repeat):
+                fn()
+            best = min(best, (time.perf_counter() - t) * 1e3 / repeat)
+    return best
+
+
+def compile_time(device):
+    """Seconds of the first CUDA build of pushpull in this cache ('cached: N s' if it existed)."""
+    from nitorch_jit.jit import cache
+    if device.type != "cuda":
+        backend.ensure("pushpull", device)
+        return None, "n/a (not CUDA)"
+
+    def built():
+        out = [e for e in cache.entries() if e.manifest["key"].get("module") == "pushpull"
+               and e.manifest["key"].get("device") == "cuda"]
+        return sorted(out, key=lambda e: e.manifest.get("built_at_epoch", 0))
+
+    before = {e.path for e in built()}
+    t = time.monotonic()
+    which = backend.ensure("pushpull", "cuda")
+    seconds = time.monotonic() - t
+    if which != "C":
+        raise SystemExit(f"the CUDA kernels are not compiled ({backend.status()}); see the warning")
+    new = [e for e in built() if e.path not in before]
+    if new:
+        return seconds, f"{seconds:.0f} s (compiled now, archs {new[-1].manifest['key'].get('archs')})"
+    entries = built()
+    if entries:
+        s = entries[-1].manifest.get("build_seconds")
+        archs = entries[-1].manifest["key"].get("archs")
+        return s, f"cached (its build took {s:.0f} s, archs {archs})" if s else "cached"
+    return None, "cached"
+
+
+def copy_bandwidth(device, repeat):
+    n = ((1 << 30) if device.type == "cuda" else (1 << 26)) // 4
+    src = torch.empty(n, device=device)
+    src.uniform_()
+    dst = torch.empty_like(src)
+    ms = timed(lambda: dst.copy_(src), device, repeat)
+    del src, dst
+    return 2 * n * 4 / (ms * 1e-3) / 1e9
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--json", help="write the results there")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("bench_cuda: no CUDA device", file=sys.stderr)
+        return 1
+
+    _, compile_msg = compile_time(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    n = args.size
+    print(f"bench_cuda: {name}, torch {torch.__version__}, {n}^3 float32, 1 channel, "
+          f"displacement +-2 voxels", flush=True)
+    print(f"first CUDA compile of pushpull: {compile_msg}", flush=True)
+    bw = copy_bandwidth(device, args.repeat)
+    print(f"copy bandwidth: {bw:.0f} GB/s", flush=True)
+
+    img, grid = synthetic(n, 3, torch.float32, device)
+    shape = [n] * 3
+    gs_grid = voxel_to_grid_sample(grid, shape)
+    P = N = n ** 3
+    f4 = 4
+    b_pull = P * 3 * f4 + P * f4 + N * f4            # grid, output, image
+    b_push = P * 3 * f4 + P * f4 + N * f4            # grid, values, output
+    b_bwd = P * 3 * f4 + P * f4 + N * f4 + N * f4 + P * 3 * f4  # + input grad, grid grad
+    opts1 = dict(interpolation=1, bound="zero", extrapolate=True)
+    rows, res = [], {}
+
+    def row(key, label, ms, nbytes):
+        gbs = nbytes / (ms * 1e-3) / 1e9
+        res[key] = dict(ms=ms, gbs=gbs)
+        rows.append([label, f"{ms:.3f}", f"{gbs:.0f}", f"{100 * gbs / bw:.0f}%"])
+        print(f"  {label}: {ms:.3f} ms", flush=True)
+
+    def gs(x, g):
+        return F.grid_sample(x, g, mode="bilinear", padding_mode="zeros", align_corners=True)
+
+    # agreement first (same operator), then timings
+    ours = nj.grid_pull(img, grid, **opts1)
+    theirs = gs(img, gs_grid)
+    diff = (ours - theirs).abs().max().item()
+    row("grid_sample", "grid_sample forward", timed(lambda: gs(img, gs_grid), device,
+                                                    args.repeat), b_pull)
+    row("pull1", "pull order 1", timed(lambda: nj.grid_pull(img, grid, **opts1), device,
+                                       args.repeat), b_pull)
+    row("push1", "push order 1", timed(lambda: nj.grid_push(ours, grid, shape, **opts1), device,
+                                       args.repeat), b_push)
+
+    x = img.clone().requires_grad_()
+    g = grid.clone().requires_grad_()
+    gsg = gs_grid.clone().requires_grad_()
+    gout = torch.randn_like(ours)
+
+    def fb_gs():
+        return torch.autograd.grad(gs(x, gsg), (x, gsg), gout)
+
+    def fb_ours():
+        return torch.autograd.grad(nj.grid_pull(x, g, **opts1), (x, g), gout)
+
+    gx_gs, gg_gs = fb_gs()
+    gx, gg = fb_ours()
+    # grid_sample's grid gradient, back in voxels (tensor order): d/dvox = d/dnorm * 2/(n-1)
+    gg_vox = gg_gs.flip(-1) * (2.0 / (n - 1))
+    bdiff = max((gx - gx_gs).abs().max().item() / max(gx_gs.abs().max().item(), 1e-30),
+                (gg - gg_vox).abs().max().item() / max(gg_vox.abs().max().item(), 1e-30))
+    del gx_gs, gg_gs, gx, gg, gg_vox
+    row("fb_grid_sample", "grid_sample forward+backward", timed(fb_gs, device, args.repeat),
+        b_pull + b_bwd)
+    row("fb_pull1", "pull order 1 forward+backward", timed(fb_ours, device, args.repeat),
+        b_pull + b_bwd)
+    del x, g, gsg, gout
+
+    # other rows: cubic, a mirrored bound without extrapolation, bfloat16
+    opts3 = dict(interpolation=3, bound="dct2", extrapolate=True)
+    row("pull3", "pull order 3 (dct2)", timed(lambda: nj.grid_pull(img, grid, **opts3), device,
+                                              args.repeat), b_pull)
+    row("push3", "push order 3 (dct2)", timed(lambda: nj.grid_push(ours, grid, shape, **opts3),
+                                              device, args.repeat), b_push)
+    optsd = dict(interpolation=1, bound="dct2", extrapolate=False)
+    row("pull1_dct2", "pull order 1 (dct2, no extrapolation)",
+        timed(lambda: nj.grid_pull(img, grid, **optsd), device, args.repeat), b_pull)
+    if device.type == "cuda":
+        hb = img.bfloat16()
+        row("pull1_bf16", "pull order 1 bfloat16 data, float32 grid",
+            timed(lambda: nj.grid_pull(hb, grid, **opts1), device, args.repeat),
+            P * 3 * f4 + (P + N) * 2)
+        del hb
+
+    print()
+    print_table(rows, ["op", "ms", "GB/s", "of copy bw"])
+    speed_pull = res["grid_sample"]["ms"] / res["pull1"]["ms"]
+    push_ratio = res["push1"]["ms"] / res["pull1"]["ms"]
+    speed_fb = res["fb_grid_sample"]["ms"] / res["fb_pull1"]["ms"]
+    targets = [
+        ("pull order 1 vs grid_sample (speedup)", speed_pull, ">= 1.2", speed_pull >= 1.2),
+        ("push / pull (time ratio)", push_ratio, "<= 2.0", push_ratio <= 2.0),
+        ("forward+backward vs grid_sample's (speedup)", speed_fb, ">= 1.5", speed_fb >= 1.5),
+    ]
+    print()
+    print(f"pull vs grid_sample max |diff|: {diff:.2e}; gradients max rel diff: {bdiff:.2e}")
+    for label, value, want, ok in targets:
+        print(f"TARGET {label}: {value:.2f} (want {want}) {'PASS' if ok else 'MISS'}")
+    out = dict(device=name, torch=torch.__version__, size=n, copy_gbs=bw, compile=compile_msg,
+               rows=res, pull_vs_grid_sample=speed_pull, push_over_pull=push_ratio,
+               fwd_bwd_vs_grid_sample=speed_fb, max_diff=diff, grad_rel_diff=bdiff,
+               targets_met=all(t[3] for t in targets))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One command for a GPU machine: build the CUDA pushpull kernels for the GPU present, run the
+# CUDA tests, run the GPU benchmark, print a summary. Runs from the source tree (no install,
+# no network), with a fresh cache in a temporary folder (so platformdirs is never needed).
+#
+# usage: scripts/gpu_check.sh
+#   PYTHON                 interpreter with torch (CUDA build), ninja, numpy, pytest (default python)
+#   TORCH_CUDA_ARCH_LIST   default: mine (the visible GPU)
+#   MAX_JOBS               parallel compile jobs (default: number of cores)
+#   KEEP=1                 keep the temporary cache and logs
+# Exit status: 0 all tests passed and the speed targets were met, 1 a step failed, 2 the tests
+# passed but a speed target was missed.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/nitorch_jit_gpu_check.XXXXXX")
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export NI_JIT_CACHE_DIR="$WORK/cache"
+export NI_JIT_TEST_CACHE="$NI_JIT_CACHE_DIR"   # the test suite reuses the libraries built here
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-mine}
+export MAX_JOBS=${MAX_JOBS:-$(nproc 2>/dev/null || echo 8)}
+unset NI_COMPILED_BACKEND NI_USE_CUDA
+mkdir -p "$NI_JIT_CACHE_DIR"
+T0=$(date +%s)
+STATUS=0
+
+TIMEOUT=""
+command -v timeout >/dev/null 2>&1 && TIMEOUT="timeout"
+limit() {  # limit SECONDS CMD...: run with a time limit when `timeout` exists
+    local s=$1; shift
+    if [ -n "$TIMEOUT" ]; then timeout "$s" "$@"; else "$@"; fi
+}
+cleanup() { [ "${KEEP:-0}" = 1 ] && echo "kept $WORK" || rm -rf "$WORK"; }
+trap cleanup EXIT
+
+echo "== environment"
+limit 120 "$PY" - <<'EOF' || { echo "FAIL: torch with CUDA is not usable"; exit 1; }
+import sys, torch
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+if not torch.cuda.is_available():
+    sys.exit("no CUDA device visible to torch")
+for i in range(torch.cuda.device_count()):
+    p = torch.cuda.get_device_properties(i)
+    print(f"GPU {i}: {p.name}, sm {p.major}.{p.minor}, {p.total_memory / 2**30:.0f} GiB")
+from nitorch_jit.jit import toolchain
+home, origin = toolchain.find_cuda_home()
+print(f"nvcc {toolchain.nvcc_version(home)} at {home} ({origin}); ninja {toolchain.find_ninja()[1]}")
+print(f"arch list: {toolchain.parse_arch_list()}")
+EOF
+echo "cores: $(nproc 2>/dev/null || echo ?), MAX_JOBS=$MAX_JOBS, cache $NI_JIT_CACHE_DIR"
+
+echo "== build (CUDA for the GPU present, then CPU)"
+limit 900 env NI_COMPILED_BACKEND=C NI_JIT_VERBOSE=0 "$PY" - <<'EOF' | tee "$WORK/build.txt"
+import sys, time
+from nitorch_jit import backend
+t = time.monotonic()
+assert backend.ensure("pushpull", "cuda") == "C"
+print(f"BUILD cuda {time.monotonic() - t:.1f} s")
+t = time.monotonic()
+assert backend.ensure("pushpull", "cpu") == "C"
+print(f"BUILD cpu {time.monotonic() - t:.1f} s")
+assert "platformdirs" not in sys.modules, "platformdirs was imported"
+EOF
+if [ $? -ne 0 ]; then
+    echo "FAIL: build (logs under $NI_JIT_CACHE_DIR/.failed)"; KEEP=1; exit 1
+fi
+
+echo "== tests"
+limit 600 "$PY" -m pytest -q -p no:cacheprovider -rs \
+    tests/test_cuda.py tests/test_cuda_build.py tests/test_cuda_emu.py \
+    "tests/test_jit.py::test_arch_list_parsing" "tests/test_jit.py::test_nvcc_wrapper_is_resolved" \
+    2>&1 | tee "$WORK/pytest.txt"
+TESTS_RC=$?
+[ $TESTS_RC -ne 0 ] && STATUS=1
+
+echo "== benchmark"
+limit 400 "$PY" scripts/bench_cuda.py --json "$WORK/bench.json" 2>&1 | tee "$WORK/bench.txt"
+BENCH_RC=$?
+[ $BENCH_RC -ne 0 ] && STATUS=1
+if [ $STATUS -eq 0 ] && grep -q "^TARGET .* MISS$" "$WORK/bench.txt"; then STATUS=2; fi
+
+echo
+echo "================ summary ================"
+grep "^BUILD" "$WORK/build.txt" | sed 's/^BUILD /first build: /'
+echo "tests: $(grep -E '(passed|failed|error)' "$WORK/pytest.txt" | tail -1) (exit $TESTS_RC)"
+grep -E "^(bench_cuda:|copy bandwidth|pull vs grid_sample|TARGET)" "$WORK/bench.txt" || echo "benchmark: no result (exit $BENCH_RC)"
+grep -E "^(grid_sample|pull order|push order)" "$WORK/bench.txt" | sed 's/^/  /' || true
+echo "total: $(( $(date +%s) - T0 )) s, status $STATUS"
+exit $STATUS
