@@ -169,21 +169,45 @@ inline int64_t grain_size(const Geom& G) {
 // The op provides apply(pt, taps0, taps1, taps2) (templated on the tap list types) and
 // empty(pt) for a point that reads nothing.
 
-// Iterates the points and hands each one's coordinates (internal dims, with the range and
-// finiteness rules applied) to fn(pt, x, ok).
-template <typename T, int NDIM, class Fn>
-NJ_INLINE void for_points(const Geom& G, const T* grid, int64_t begin, int64_t end, int nd,
-                          Fn&& fn) {
-  const int first = 3 - nd;
-  const T lo = -static_cast<T>(kExtrapolateTol);
-  const T lim = static_cast<T>(kCoordLimit);
-  const bool extrapolate = G.extrapolate;
-  const int64_t gD = G.gD;
-  T hi[3];
-  for (int k = 0; k < 3; ++k)
-    hi[k] = static_cast<T>(G.src[k] - 1) + static_cast<T>(kExtrapolateTol);
+// Reads a point's coordinates (internal dims first..2) and applies the range / finiteness rules.
+template <typename T>
+struct CoordRule {
+  int first;
+  bool extrapolate;
+  int64_t gD;
+  T lo, lim, hi[3];
+  CoordRule(const Geom& G, int nd)
+      : first(3 - nd),
+        extrapolate(G.extrapolate),
+        gD(G.gD),
+        lo(-static_cast<T>(kExtrapolateTol)),
+        lim(static_cast<T>(kCoordLimit)) {
+    for (int k = 0; k < 3; ++k)
+      hi[k] = static_cast<T>(G.src[k] - 1) + static_cast<T>(kExtrapolateTol);
+  }
+  // false: the point contributes nothing
+  NJ_INLINE bool load(const T* gp, T* x) const {
+    bool ok = true;
+    for (int k = 2; k >= first; --k) {
+      T v = gp[(k - first) * gD];
+      if (!extrapolate) {
+        ok = ok && (v >= lo && v <= hi[k]);  // false for NaN
+      } else if (!(std::abs(v) <= lim)) {
+        if (std::isfinite(v))
+          v = v > 0 ? lim : -lim;
+        else
+          ok = false;
+      }
+      x[k] = v;
+    }
+    return ok;
+  }
+};
 
-  // walk [begin, end) row by row (rows along the innermost grid dim)
+// Walks [begin, end) row by row (rows along the innermost grid dim): fn(pt, gp, count) with pt
+// the row's first point, gp its grid address, count its number of points (stride G.g[2]).
+template <typename T, class Fn>
+NJ_INLINE void for_rows(const Geom& G, const T* grid, int64_t begin, int64_t end, Fn&& fn) {
   Point pt;
   pt.b = begin / G.P;
   pt.p = begin - pt.b * G.P;
@@ -193,29 +217,12 @@ NJ_INLINE void for_points(const Geom& G, const T* grid, int64_t begin, int64_t e
     pt.i[0] = r / G.pts[1];
     pt.i[1] = r - pt.i[0] * G.pts[1];
   }
-  const int64_t g2 = G.g[2];
   int64_t q = begin;
   while (q < end) {
-    const int64_t row_end = std::min(end, q + (G.pts[2] - pt.i[2]));
-    const T* gp = grid + pt.b * G.gB + pt.i[0] * G.g[0] + pt.i[1] * G.g[1] + pt.i[2] * g2;
-    for (; q < row_end; ++q, gp += g2, ++pt.p, ++pt.i[2]) {
-      T x[3] = {T(0), T(0), T(0)};
-      bool ok = true;
-      for (int k = 2; k >= first; --k) {
-        T v = gp[(k - first) * gD];
-        if (!extrapolate) {
-          ok = ok && (v >= lo && v <= hi[k]);  // false for NaN
-        } else if (!(std::abs(v) <= lim)) {
-          if (std::isfinite(v))
-            v = v > 0 ? lim : -lim;
-          else
-            ok = false;
-        }
-        x[k] = v;
-      }
-      fn(pt, x, ok);
-    }
-    // next row
+    const int64_t count = std::min(end - q, G.pts[2] - pt.i[2]);
+    fn(pt, grid + pt.b * G.gB + pt.i[0] * G.g[0] + pt.i[1] * G.g[1] + pt.i[2] * G.g[2], count);
+    q += count;
+    pt.p += count;
     pt.i[2] = 0;
     if (++pt.i[1] == G.pts[1]) {
       pt.i[1] = 0;
@@ -228,6 +235,21 @@ NJ_INLINE void for_points(const Geom& G, const T* grid, int64_t begin, int64_t e
   }
 }
 
+// Every point of [begin, end): fn(pt, x, ok) with x its (checked) coordinates.
+template <typename T, class Fn>
+NJ_INLINE void for_points(const Geom& G, const T* grid, int64_t begin, int64_t end, int nd,
+                          Fn&& fn) {
+  const CoordRule<T> rule(G, nd);
+  const int64_t g2 = G.g[2];
+  for_rows(G, grid, begin, end, [&](Point pt, const T* gp, int64_t count) {
+    for (int64_t l = 0; l < count; ++l, gp += g2, ++pt.p, ++pt.i[2]) {
+      T x[3] = {T(0), T(0), T(0)};
+      const bool ok = rule.load(gp, x);
+      fn(pt, x, ok);
+    }
+  });
+}
+
 // A point with folded tap lists (generic path, and the border points of fast paths). Not
 // inlined: one copy per op and dtype serves every variant (compile time), and its call costs
 // little next to the folding.
@@ -237,16 +259,55 @@ __attribute__((noinline)) void apply_folded(const Op& op, const Point& pt, const
   op.apply(pt, t0, t1, t2);
 }
 
+// One point of the fast path (every dim of order O, DIM real dims).
+template <typename T, int O, int DIM, int DER, class Op>
+struct FastPoint {
+  using FT = Taps<T, kMaxTaps, DER>;
+  using LT = LineTaps<T, O + 1, DER>;
+  const Geom& G;
+  const Op& op;
+  FT f[3];
+  FastPoint(const Geom& G_, const Op& op_) : G(G_), op(op_) {
+    for (int k = 0; k < 3 - DIM; ++k) f[k].set_unit();
+  }
+  NJ_INLINE void operator()(const Point& pt, const T* x, bool ok) {
+    if (!ok) return op.empty(pt);
+    T u[3];
+    int64_t i0[3];
+    bool inside = true;
+    for (int k = 3 - DIM; k < 3; ++k) {
+      i0[k] = spline_start<O>(x[k], u[k]);
+      inside = inside && taps_inside<O>(i0[k], G.src[k]);
+    }
+    if (inside) {
+      LT l[3];
+      const UnitTaps<T> unit;
+      for (int k = 3 - DIM; k < 3; ++k) line_taps<O, DER>(i0[k], u[k], G.sst[k], l[k]);
+      if constexpr (DIM == 3)
+        op.apply(pt, l[0], l[1], l[2]);
+      else if constexpr (DIM == 2)
+        op.apply(pt, unit, l[1], l[2]);
+      else
+        op.apply(pt, unit, unit, l[2]);
+    } else {
+      for (int k = 3 - DIM; k < 3; ++k) {
+        make_taps<O>(x[k], G.src[k], G.bound[k], G.sst[k], f[k]);
+        if (f[k].n == 0) return op.empty(pt);
+      }
+      apply_folded(op, pt, f[0], f[1], f[2]);
+    }
+  }
+};
+
 template <typename T, int O, int DIM, int DER, class Op>
 void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const Op& op) {
-  using FT = Taps<T, kMaxTaps, DER>;
-  const int nd = O < 0 ? G.D : DIM;
-  const int first = 3 - nd;
-  FT f[3];
-  for (int k = 0; k < first; ++k) f[k].set_unit();
   if constexpr (O < 0) {
     // generic
-    for_points<T, 0>(G, grid, begin, end, nd, [&](const Point& pt, const T* x, bool ok) {
+    using FT = Taps<T, kMaxTaps, DER>;
+    const int first = 3 - G.D;
+    FT f[3];
+    for (int k = 0; k < first; ++k) f[k].set_unit();
+    for_points(G, grid, begin, end, G.D, [&](const Point& pt, const T* x, bool ok) {
       if (!ok) return op.empty(pt);
       for (int k = first; k < 3; ++k) {
         make_taps_rt<DER>(G.order[k], x[k], G.src[k], G.bound[k], G.sst[k], f[k]);
@@ -255,34 +316,8 @@ void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const 
       apply_folded(op, pt, f[0], f[1], f[2]);
     });
   } else {
-    using LT = LineTaps<T, O + 1, DER>;
-    const UnitTaps<T> unit;
-    for_points<T, DIM>(G, grid, begin, end, DIM, [&](const Point& pt, const T* x, bool ok) {
-      if (!ok) return op.empty(pt);
-      T u[3];
-      int64_t i0[3];
-      bool inside = true;
-      for (int k = 3 - DIM; k < 3; ++k) {
-        i0[k] = spline_start<O>(x[k], u[k]);
-        inside = inside && taps_inside<O>(i0[k], G.src[k]);
-      }
-      if (inside) {
-        LT l[3];
-        for (int k = 3 - DIM; k < 3; ++k) line_taps<O, DER>(i0[k], u[k], G.sst[k], l[k]);
-        if constexpr (DIM == 3)
-          op.apply(pt, l[0], l[1], l[2]);
-        else if constexpr (DIM == 2)
-          op.apply(pt, unit, l[1], l[2]);
-        else
-          op.apply(pt, unit, unit, l[2]);
-      } else {
-        for (int k = 3 - DIM; k < 3; ++k) {
-          make_taps<O>(x[k], G.src[k], G.bound[k], G.sst[k], f[k]);
-          if (f[k].n == 0) return op.empty(pt);
-        }
-        apply_folded(op, pt, f[0], f[1], f[2]);
-      }
-    });
+    FastPoint<T, O, DIM, DER, Op> point(G, op);
+    for_points(G, grid, begin, end, DIM, point);
   }
 }
 
