@@ -8,6 +8,8 @@
 #   TORCH_CUDA_ARCH_LIST   default: mine (the visible GPU)
 #   MAX_JOBS               parallel compile jobs (default: number of cores)
 #   KEEP=1                 keep the temporary cache and logs
+#   GPU_CHECK_OUT=DIR      also copy the logs and bench.json there
+#   GPU_CHECK_TESTS="..."  pytest targets instead of the default list
 # Exit status: 0 all tests passed and the speed targets were met, 1 a step failed, 2 the tests
 # passed but a speed target was missed.
 set -u -o pipefail
@@ -32,7 +34,12 @@ limit() {  # limit SECONDS CMD...: run with a time limit when `timeout` exists
     local s=$1; shift
     if [ -n "$TIMEOUT" ]; then timeout "$s" "$@"; else "$@"; fi
 }
-cleanup() { [ "${KEEP:-0}" = 1 ] && echo "kept $WORK" || rm -rf "$WORK"; }
+cleanup() {
+    if [ -n "${GPU_CHECK_OUT:-}" ]; then
+        mkdir -p "$GPU_CHECK_OUT" && cp "$WORK"/*.txt "$WORK"/*.json "$GPU_CHECK_OUT"/ 2>/dev/null
+    fi
+    if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+}
 trap cleanup EXIT
 
 echo "== environment"
@@ -68,10 +75,10 @@ if [ $? -ne 0 ]; then
 fi
 
 echo "== tests"
-limit 600 "$PY" -m pytest -q -p no:cacheprovider -rs \
-    tests/test_cuda.py tests/test_cuda_build.py tests/test_cuda_emu.py \
-    "tests/test_jit.py::test_arch_list_parsing" "tests/test_jit.py::test_nvcc_wrapper_is_resolved" \
-    2>&1 | tee "$WORK/pytest.txt"
+TESTS=${GPU_CHECK_TESTS:-tests/test_cuda.py tests/test_cuda_build.py tests/test_cuda_emu.py \
+tests/test_jit.py::test_arch_list_parsing tests/test_jit.py::test_nvcc_wrapper_is_resolved}
+# shellcheck disable=SC2086
+limit 600 "$PY" -m pytest -q -p no:cacheprovider -rs --durations=5 $TESTS 2>&1 | tee "$WORK/pytest.txt"
 TESTS_RC=$?
 [ $TESTS_RC -ne 0 ] && STATUS=1
 
