@@ -188,7 +188,7 @@ struct CoordRule {
   // false: the point contributes nothing
   NJ_INLINE bool load(const T* gp, T* x) const {
     bool ok = true;
-    for (int k = 2; k >= first; --k) {
+    for (int k = 2; k >= first && k >= 0; --k) {
       T v = gp[(k - first) * gD];
       if (!extrapolate) {
         ok = ok && (v >= lo && v <= hi[k]);  // false for NaN

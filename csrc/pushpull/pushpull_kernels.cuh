@@ -5,15 +5,13 @@
 // kernels use; the range constants come from pushpull_point.h.
 //
 // Per point, three paths:
-// * fast, interior (every dim has the same order O, one of the op's fast-path orders: 0, 1, 3
-//   for pull and push, 1, 3 for the others; and every tap of the point lies inside the
-//   source): the tap lists have a fixed length O+1, are built without folding and held in
+// * fast (every dim has the same order O, one of the op's fast-path orders: 0, 1, 3 for pull
+//   and push, 1, 3 for the others): the tap lists have a fixed length O+1 and are held in
 //   registers (all loops unrolled, constant indices), with 32-bit offsets when the tensors
-//   allow it;
-// * fast, border (same kernel, a tap falls outside): folded_taps<O> folds the taps and drops
-//   the zero ones (small per-thread arrays, local memory; only border points pay for it);
+//   allow it; interior points skip the folding, border points fold each tap and flag the ones
+//   that read zero (no divergent slow path, no local memory);
 // * generic (mixed orders, orders 4..7, or orders without a fast path for the op):
-//   folded_taps_rt with runtime tap counts.
+//   folded_taps_rt with runtime tap counts (small per-thread arrays in local memory).
 // Half types are loaded/stored as half and computed in float32; scatters add into a float32
 // (half data) or the data's own type (float, double) buffer with atomicAdd.
 #pragma once
@@ -155,40 +153,74 @@ __device__ __forceinline__ void store_grid_typed(const Geo<I>& G, I idx,
 }
 
 // --------------------------------------------------------------------------------------------
-// Fixed-length tap list of one dim (interior points): O+1 taps, offsets in I, in registers.
+// Fixed-length tap list of one dim (fast paths): O+1 taps, offsets in I, held in registers
+// (every index is a constant once the loops are unrolled). Border taps are folded with their
+// bound's sign; a tap whose sign is 0 gets weight 0, offset 0 and its bit of `valid` cleared,
+// and is never read or written (a NaN at the placeholder address cannot leak in).
 template <typename A, typename I, int O, int DER>
 struct FTaps {
   static constexpr int n = O + 1;
+  unsigned valid;  // bit k: tap k reads / writes memory
   I off[O + 1];
   A w[O + 1];
   A dw[DER >= 1 ? O + 1 : 1];
   A ddw[DER >= 2 ? O + 1 : 1];
+  __device__ __forceinline__ bool ok(int k) const { return (valid >> k) & 1u; }
 };
 
 // the single constant tap of a padded dim
 template <typename A, typename I, int DER>
 __device__ __forceinline__ void set_constant(FTaps<A, I, 0, DER>& t) {
+  t.valid = 1u;
   t.off[0] = I(0);
   t.w[0] = A(1);
   t.dw[0] = A(0);
   t.ddw[0] = A(0);
 }
 
-// Taps of order O at x when all of them lie inside [0, n); false otherwise (t is then unset).
-// u is computed exactly as spline_start<O> does, so weights match the CPU kernels.
+__device__ __forceinline__ float nj_floor(float v) { return floorf(v); }
+__device__ __forceinline__ double nj_floor(double v) { return floor(v); }
+
+// Taps of order O at x (|x| <= kCoordLimit) on a dim of size n. u = x - (O-1)/2 - floor(...),
+// computed as spline_start<O> does, so the weights match the CPU kernels bit for bit.
 template <int O, int DER, typename A, typename I>
-__device__ __forceinline__ bool fixed_taps(A x, I n, I stride, FTaps<A, I, O, DER>& t) {
+__device__ __forceinline__ void fixed_taps(A x, I n, int bound, I stride,
+                                           FTaps<A, I, O, DER>& t) {
   const A xs = (O & 1) ? x - A((O - 1) / 2) : x - A(O - 1) * A(0.5);
-  if (!(xs >= A(0) && xs < static_cast<A>(n - O))) return false;
-  const I i0 = static_cast<I>(xs);  // floor, as xs >= 0
-  if (i0 + O >= n) return false;     // float rounding of n - O
-  const A u = xs - static_cast<A>(i0);
+  const A fl = nj_floor(xs);
+  const A u = xs - fl;
   SplineTaps<O, 0>::eval(u, t.w);
   if constexpr (DER >= 1) SplineTaps<O, 1>::eval(u, t.dw);
   if constexpr (DER >= 2) SplineTaps<O, 2>::eval(u, t.ddw);
+  if (fl >= A(0) && fl < static_cast<A>(n - O)) {  // interior: no folding
+    const I i0 = static_cast<I>(fl);
+    if (i0 + O < n) {  // (float rounding of n - O)
 #pragma unroll
-  for (int k = 0; k <= O; ++k) t.off[k] = (i0 + k) * stride;
-  return true;
+      for (int k = 0; k <= O; ++k) t.off[k] = (i0 + k) * stride;
+      t.valid = (1u << (O + 1)) - 1u;
+      return;
+    }
+  }
+  const int64_t i0 = static_cast<int64_t>(fl);
+  t.valid = 0u;
+#pragma unroll
+  for (int k = 0; k <= O; ++k) {
+    int s;
+    const int64_t j = fold_index(i0 + k, static_cast<int64_t>(n), bound, s);
+    t.off[k] = static_cast<I>(j) * stride;
+    if (s == 0) {
+      t.w[k] = A(0);
+      if constexpr (DER >= 1) t.dw[k] = A(0);
+      if constexpr (DER >= 2) t.ddw[k] = A(0);
+    } else {
+      t.valid |= 1u << k;
+      if (s < 0) {
+        t.w[k] = -t.w[k];
+        if constexpr (DER >= 1) t.dw[k] = -t.dw[k];
+        if constexpr (DER >= 2) t.ddw[k] = -t.ddw[k];
+      }
+    }
+  }
 }
 
 // Folded tap list of one dim (border points, generic path): taps whose bound sign is 0 are
@@ -201,6 +233,7 @@ struct RTaps {
   A w[MAXT];
   A dw[DER >= 1 ? MAXT : 1];
   A ddw[DER >= 2 ? MAXT : 1];
+  __device__ __forceinline__ static constexpr bool ok(int) { return true; }  // dropped instead
   __device__ __forceinline__ void set_constant() {
     n = 1;
     off[0] = 0;
@@ -284,8 +317,12 @@ __device__ __forceinline__ A c_pull(const T0& t0, const T1& t1, const T2& t2, co
     A acc1;
     for_taps<N1>(t1.n, [&](int b) {
       const S* p = in + (t0.off[a] + t1.off[b]);
+      const bool vab = t0.ok(a) && t1.ok(b);
       A acc2;
-      for_taps<N2>(t2.n, [&](int c) { accum(c == 0, acc2, t2.w[c] * ld(p + t2.off[c])); });
+      for_taps<N2>(t2.n, [&](int c) {
+        const A v = vab && t2.ok(c) ? ld(p + t2.off[c]) : A(0);
+        accum(c == 0, acc2, t2.w[c] * v);
+      });
       accum(b == 0, acc1, t1.w[b] * acc2);
     });
     accum(a == 0, acc, t0.w[a] * acc1);
@@ -301,9 +338,10 @@ __device__ __forceinline__ void c_grad(const T0& t0, const T1& t1, const T2& t2,
     A m, m1, m2;  // sums over b, c of: w1 w2 v, dw1 w2 v, w1 dw2 v
     for_taps<N1>(t1.n, [&](int b) {
       const S* p = in + (t0.off[a] + t1.off[b]);
+      const bool vab = t0.ok(a) && t1.ok(b);
       A i, i2;  // sums over c of: w2 v, dw2 v
       for_taps<N2>(t2.n, [&](int c) {
-        const A v = ld(p + t2.off[c]);
+        const A v = vab && t2.ok(c) ? ld(p + t2.off[c]) : A(0);
         accum(c == 0, i, t2.w[c] * v);
         accum(c == 0, i2, t2.dw[c] * v);
       });
@@ -326,9 +364,10 @@ __device__ __forceinline__ void c_hess(const T0& t0, const T1& t1, const T2& t2,
     A m, m1, m11, m2, m12, m22;
     for_taps<N1>(t1.n, [&](int b) {
       const S* p = in + (t0.off[a] + t1.off[b]);
+      const bool vab = t0.ok(a) && t1.ok(b);
       A i, i2, i22;
       for_taps<N2>(t2.n, [&](int c) {
-        const A v = ld(p + t2.off[c]);
+        const A v = vab && t2.ok(c) ? ld(p + t2.off[c]) : A(0);
         accum(c == 0, i, t2.w[c] * v);
         accum(c == 0, i2, t2.dw[c] * v);
         accum(c == 0, i22, t2.ddw[c] * v);
@@ -362,8 +401,11 @@ __device__ __forceinline__ void c_push(const T0& t0, const T1& t1, const T2& t2,
     const A v0 = t0.w[a] * val;
     for_taps<N1>(t1.n, [&](int b) {
       A* p = out + (t0.off[a] + t1.off[b]);
+      const bool vab = t0.ok(a) && t1.ok(b);
       const A v1 = t1.w[b] * v0;
-      for_taps<N2>(t2.n, [&](int c) { atomicAdd(p + t2.off[c], t2.w[c] * v1); });
+      for_taps<N2>(t2.n, [&](int c) {
+        if (vab && t2.ok(c)) atomicAdd(p + t2.off[c], t2.w[c] * v1);
+      });
     });
   });
 }
@@ -377,9 +419,12 @@ __device__ __forceinline__ void c_pushgrad(const T0& t0, const T1& t1, const T2&
     const A y0 = t0.w[a];        // product of weights so far
     for_taps<N1>(t1.n, [&](int b) {
       A* p = out + (t0.off[a] + t1.off[b]);
+      const bool vab = t0.ok(a) && t1.ok(b);
       const A x1 = x0 * t1.w[b] + y0 * t1.dw[b] * g1;
       const A y1 = y0 * t1.w[b] * g2;
-      for_taps<N2>(t2.n, [&](int c) { atomicAdd(p + t2.off[c], x1 * t2.w[c] + y1 * t2.dw[c]); });
+      for_taps<N2>(t2.n, [&](int c) {
+        if (vab && t2.ok(c)) atomicAdd(p + t2.off[c], x1 * t2.w[c] + y1 * t2.dw[c]);
+      });
     });
   });
 }
@@ -552,35 +597,6 @@ struct HessDotOp {
   }
 };
 
-// A point of a fast-path kernel whose support crosses the border: fold the taps and drop the
-// zero ones. Not inlined, so its local arrays and registers do not weigh on the interior path.
-template <class Op, int O, int DIM>
-__device__ __noinline__ void border_point(const Geo<typename Op::I>& G, typename Op::I b,
-                                          typename Op::I p, typename Op::I poff,
-                                          typename Op::A x0, typename Op::A x1,
-                                          typename Op::A x2) {
-  using A = typename Op::A;
-  constexpr int DER = Op::DER;
-  RTaps<A, O + 1, DER> t0, t1, t2;
-  folded_taps<O>(x2, static_cast<int64_t>(G.src[2]), G.bound[2],
-                 static_cast<int64_t>(G.sst[2]), t2);
-  if constexpr (DIM >= 2)
-    folded_taps<O>(x1, static_cast<int64_t>(G.src[1]), G.bound[1],
-                   static_cast<int64_t>(G.sst[1]), t1);
-  else
-    t1.set_constant();
-  if constexpr (DIM >= 3)
-    folded_taps<O>(x0, static_cast<int64_t>(G.src[0]), G.bound[0],
-                   static_cast<int64_t>(G.sst[0]), t0);
-  else
-    t0.set_constant();
-  if (t0.n == 0 || t1.n == 0 || t2.n == 0) {
-    Op::empty(G, b, p);  // every tap reads zero
-    return;
-  }
-  Op::template apply<0, 0, 0>(G, b, p, poff, t0, t1, t2);
-}
-
 // --------------------------------------------------------------------------------------------
 // One point: coordinates, range rules, tap lists, then the op.
 template <class Op, int O, int DIM>
@@ -620,25 +636,23 @@ __device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename
 
   if constexpr (!kGeneric) {
     constexpr int O0 = DIM >= 3 ? O : 0, O1 = DIM >= 2 ? O : 0;
-    {
-      FTaps<A, I, O0, DER> f0;
-      FTaps<A, I, O1, DER> f1;
-      FTaps<A, I, O, DER> f2;
-      bool inside = fixed_taps<O, DER>(x[2], G.src[2], G.sst[2], f2);
-      if constexpr (DIM >= 2)
-        inside = inside && fixed_taps<O, DER>(x[1], G.src[1], G.sst[1], f1);
-      else
-        set_constant(f1);
-      if constexpr (DIM >= 3)
-        inside = inside && fixed_taps<O, DER>(x[0], G.src[0], G.sst[0], f0);
-      else
-        set_constant(f0);
-      if (inside) {
-        Op::template apply<O0 + 1, O1 + 1, O + 1>(G, b, p, poff, f0, f1, f2);
-        return;
-      }
+    FTaps<A, I, O0, DER> f0;
+    FTaps<A, I, O1, DER> f1;
+    FTaps<A, I, O, DER> f2;
+    fixed_taps<O, DER>(x[2], G.src[2], G.bound[2], G.sst[2], f2);
+    if constexpr (DIM >= 2)
+      fixed_taps<O, DER>(x[1], G.src[1], G.bound[1], G.sst[1], f1);
+    else
+      set_constant(f1);
+    if constexpr (DIM >= 3)
+      fixed_taps<O, DER>(x[0], G.src[0], G.bound[0], G.sst[0], f0);
+    else
+      set_constant(f0);
+    if (f0.valid == 0u || f1.valid == 0u || f2.valid == 0u) {
+      Op::empty(G, b, p);  // every tap reads zero
+      return;
     }
-    border_point<Op, O, DIM>(G, b, p, poff, x[0], x[1], x[2]);
+    Op::template apply<O0 + 1, O1 + 1, O + 1>(G, b, p, poff, f0, f1, f2);
   } else {
     RTaps<A, kMaxTaps, DER> t[3];
 #pragma unroll 1
@@ -658,7 +672,7 @@ __device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename
 }
 
 // x: points of a batch (one thread each); y: batches (strided loop past 65535). G stays in
-// parameter space (__grid_constant__: border_point takes its address without a copy).
+// parameter space (__grid_constant__: no per-thread copy even where its address is taken).
 template <class Op, int O, int DIM>
 __global__ void __launch_bounds__(kThreads)
     pushpull_kernel(const __grid_constant__ Geo<typename Op::I> G) {

@@ -143,8 +143,9 @@ NJ_HD inline void make_taps_rt(int order, T x, int64_t n, int bound, int64_t str
 
 // ---------------------------------------------------------------------------------------------
 // Gathers. `in` points at the first voxel of one channel of the source. Every tap list holds at
-// least one tap (callers skip points with an empty list), so accumulators start from the first
-// term: `acc = 0; acc += x` costs an add that the compiler may not remove (signed zeros).
+// least one tap (callers skip points with an empty list), so accumulators take the first term
+// by assignment: `acc = 0; acc += x` costs an add that the compiler may not remove (signed
+// zeros). (The initial zeros below are dead stores that keep -Wmaybe-uninitialized quiet.)
 
 // acc = (first ? x : acc + x); with unrolled loops `first` is a constant.
 template <typename T>
@@ -155,15 +156,15 @@ NJ_HD NJ_INLINE void accum(bool first, T& acc, T x) {
 // sum_t W_t s_t in[j_t]
 template <typename T, class TP0, class TP1, class TP2>
 NJ_HD NJ_INLINE T pull_point(const TP0& t0, const TP1& t1, const TP2& t2, const T* in) {
-  T acc;
+  T acc = T(0);
   NJ_UNROLL
   for (int a = 0; a < t0.count(); ++a) {
     const T* p0 = in + t0.off(a);
-    T acc1;
+    T acc1 = T(0);
     NJ_UNROLL
     for (int b = 0; b < t1.count(); ++b) {
       const T* p1 = p0 + t1.off(b);
-      T acc2;
+      T acc2 = T(0);
       NJ_UNROLL
       for (int c = 0; c < t2.count(); ++c) accum(c == 0, acc2, t2.w(c) * p1[t2.off(c)]);
       accum(b == 0, acc1, t1.w(b) * acc2);
@@ -176,15 +177,15 @@ NJ_HD NJ_INLINE T pull_point(const TP0& t0, const TP1& t1, const TP2& t2, const 
 // g[k] = sum_t G_{t,k} s_t in[j_t] for the three internal dims k.
 template <typename T, class TP0, class TP1, class TP2>
 NJ_HD NJ_INLINE void grad_point(const TP0& t0, const TP1& t1, const TP2& t2, const T* in, T* g) {
-  T g0, g1, g2;
+  T g0 = T(0), g1 = T(0), g2 = T(0);
   NJ_UNROLL
   for (int a = 0; a < t0.count(); ++a) {
     const T* p0 = in + t0.off(a);
-    T m, m1, m2;  // sums over b, c of: w1 w2 v, dw1 w2 v, w1 dw2 v
+    T m = T(0), m1 = T(0), m2 = T(0);  // sums over b, c of: w1 w2 v, dw1 w2 v, w1 dw2 v
     NJ_UNROLL
     for (int b = 0; b < t1.count(); ++b) {
       const T* p1 = p0 + t1.off(b);
-      T i, i2;  // sums over c of: w2 v, dw2 v
+      T i = T(0), i2 = T(0);  // sums over c of: w2 v, dw2 v
       NJ_UNROLL
       for (int c = 0; c < t2.count(); ++c) {
         const T v = p1[t2.off(c)];
@@ -207,14 +208,14 @@ NJ_HD NJ_INLINE void grad_point(const TP0& t0, const TP1& t1, const TP2& t2, con
 // Hessian of the interpolated field: h = {H00, H11, H22, H01, H02, H12}.
 template <typename T, class TP0, class TP1, class TP2>
 NJ_HD NJ_INLINE void hess_point(const TP0& t0, const TP1& t1, const TP2& t2, const T* in, T* h) {
-  T h00, h11, h22, h01, h02, h12;
+  T h00 = T(0), h11 = T(0), h22 = T(0), h01 = T(0), h02 = T(0), h12 = T(0);
   for (int a = 0; a < t0.count(); ++a) {
     const T* p0 = in + t0.off(a);
     // sums over b, c of: w1 w2 v, dw1 w2 v, ddw1 w2 v, w1 dw2 v, dw1 dw2 v, w1 ddw2 v
-    T m, m1, m11, m2, m12, m22;
+    T m = T(0), m1 = T(0), m11 = T(0), m2 = T(0), m12 = T(0), m22 = T(0);
     for (int b = 0; b < t1.count(); ++b) {
       const T* p1 = p0 + t1.off(b);
-      T i, i2, i22;
+      T i = T(0), i2 = T(0), i22 = T(0);
       for (int c = 0; c < t2.count(); ++c) {
         const T v = p1[t2.off(c)];
         accum(c == 0, i, t2.w(c) * v);
