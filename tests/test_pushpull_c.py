@@ -132,6 +132,104 @@ def test_vs_torch_fast_paths_larger(C, TORCH, op, order, D, Cn):
     close(a, b)
 
 
+# --------------------------------------------------------------------------- the shared headers
+
+HEADER_PROBE = r"""
+#include <cstdio>
+#include "nitorch_jit/bounds.h"
+#include "nitorch_jit/spline.h"
+using namespace nitorch_jit;
+int main() {
+  for (int b = 0; b < 7; ++b)
+    for (long n = 1; n <= 5; ++n)
+      for (long i = -23; i <= 23; ++i) {
+        int s;
+        long j = fold_index(i, n, b, s);
+        std::printf("F %d %ld %ld %ld %d\n", b, n, i, j, s);
+      }
+  for (int o = 0; o <= 7; ++o)
+    for (int k = -40; k <= 40; ++k) {
+      double t = k * 0.1 + 0.0123;
+      std::printf("S %d %.17g %.17g %.17g %.17g\n", o, t, bspline(o, t), bspline_d(o, t),
+                  bspline_dd(o, t));
+    }
+  return 0;
+}
+"""
+
+
+def spec_fold(i, n, b):
+    """docs/pushpull-spec.md, 'Bound codes and index folding', literally."""
+    if b == 0:
+        return min(max(i, 0), n - 1), 1
+    if b == 1:
+        if n == 1:
+            return 0, 1
+        m = i % (2 * (n - 1))
+        return (m if m < n else 2 * (n - 1) - m), 1
+    if b == 2:
+        m = i % (2 * n)
+        return (m if m < n else 2 * n - 1 - m), 1
+    if b == 3:
+        m = i % (2 * (n + 1))
+        if m == n or m == 2 * n + 1:
+            return None, 0
+        return (m, 1) if m < n else (2 * n - m, -1)
+    if b == 4:
+        m = i % (2 * n)
+        return (m, 1) if m < n else (2 * n - 1 - m, -1)
+    if b == 5:
+        return i % n, 1
+    return (i, 1) if 0 <= i < n else (None, 0)
+
+
+def truncated_power(o, t, der):
+    """der-th derivative of the centred B-spline of order o at t (truncated-power form)."""
+    total = 0.0
+    for j in range(o + 2):
+        a = t + (o + 1) / 2 - j
+        if der > o or a <= 0:
+            continue
+        p = o - der
+        total += (-1) ** j * math.comb(o + 1, j) * math.perm(o, der) * a ** p
+    return total / math.factorial(o)
+
+
+def test_headers_fold_and_splines(tmp_path):
+    """bounds.h and spline.h on their own (no torch): the other modules and the CUDA kernels
+    include them directly."""
+    import shutil
+    import subprocess
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc",
+                           "include")
+    src = tmp_path / "probe.cpp"
+    src.write_text(HEADER_PROBE)
+    exe = tmp_path / "probe"
+    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-I", include, str(src), "-o",
+                    str(exe)], check=True)
+    lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
+    nf = ns = 0
+    for line in lines:
+        f = line.split()
+        if not f:
+            continue
+        if f[0] == "F":
+            b, n, i, j, s = map(int, f[1:])
+            jj, ss = spec_fold(i, n, b)
+            assert s == ss and (s == 0 or j == jj), (b, n, i, j, s, jj, ss)
+            nf += 1
+        else:
+            o = int(f[1])
+            t, w, dw, ddw = map(float, f[2:])
+            for der, got in enumerate((w, dw, ddw)):
+                assert got == pytest.approx(truncated_power(o, t, der), abs=1e-12), (o, t, der)
+            ns += 1
+    assert nf == 7 * 5 * 47 and ns == 8 * 81
+
+
 # --------------------------------------------------------------------------- external oracles
 
 @pytest.mark.parametrize("D", [1, 2, 3])
