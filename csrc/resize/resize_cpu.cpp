@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "nitorch_jit/lines_cpu.h"
@@ -143,17 +144,19 @@ void pass(const at::Tensor& src, const at::Tensor& dst, int64_t d, const Table<T
   const lines::Tiling tl(src, dst, d, W);
   const T* sp = src.const_data_ptr<T>();
   T* dp = dst.data_ptr<T>();
-  at::parallel_for(0, tl.ntiles, lines::grain(std::max(lin, lout) * tab.K, W),
-                   [&](int64_t begin, int64_t end) {
-    std::vector<T> buf_in(lin * W), buf_out(lout * W);
-    for (int64_t t = begin; t < end; ++t) {
-      int64_t so, dof;
-      int nl;
-      tl.tile(t, W, so, dof, nl);
-      block<T, ADJ>(sp + so, tl.sN, tl.sL, dp + dof, tl.dN, tl.dL, nl, lin, tab, plan,
-                    buf_in.data(), buf_out.data());
-    }
-  });
+  using Bufs = std::pair<std::vector<T>, std::vector<T>>;
+  lines::parallel_chunks(
+      tl.ntiles, lines::grain(std::max(lin, lout) * tab.K, W),
+      [&] { return Bufs(std::vector<T>(lin * W), std::vector<T>(lout * W)); },
+      [&](int64_t begin, int64_t end, Bufs& bufs) {
+        for (int64_t t = begin; t < end; ++t) {
+          int64_t so, dof;
+          int nl;
+          tl.tile(t, W, so, dof, nl);
+          block<T, ADJ>(sp + so, tl.sN, tl.sL, dp + dof, tl.dN, tl.dL, nl, lin, tab, plan,
+                        bufs.first.data(), bufs.second.data());
+        }
+      });
 }
 
 // Two passes fused, along dims p then q, slab by slab: a slab is one index of every other
@@ -179,24 +182,30 @@ void fused_pass(const at::Tensor& src, const at::Tensor& dst, int64_t p, int64_t
   T* dp = dst.data_ptr<T>();
   const int64_t sp_ = src.stride(p), sq_ = src.stride(q), dp_ = dst.stride(p), dq_ = dst.stride(q);
   const int64_t lmax = std::max({lin_p, lout_p, lin_q, lout_q});
-  at::parallel_for(0, nslab, 1, [&](int64_t begin, int64_t end) {
-    std::vector<T> mid(lout_p * lin_q), bi(lmax * W), bo(lmax * W);
-    for (int64_t t = begin; t < end; ++t) {
-      int64_t o = t, so = 0, dof = 0;
-      for (int64_t k = static_cast<int64_t>(osize.size()) - 1; k >= 0; --k) {
-        const int64_t i = o % osize[k];
-        o /= osize[k];
-        so += i * os[k];
-        dof += i * od[k];
-      }
-      // along p: src slab -> mid [lout_p][lin_q] (lanes along q, contiguous in mid)
-      block<T, ADJ>(sp + so, sp_, sq_, mid.data(), lin_q, 1, lin_q, lin_p, tab_p, plan_p,
-                    bi.data(), bo.data());
-      // along q: mid -> dst slab (lanes along p)
-      block<T, ADJ>(mid.data(), 1, lin_q, dp + dof, dq_, dp_, lout_p, lin_q, tab_q, plan_q,
-                    bi.data(), bo.data());
-    }
-  });
+  struct Bufs {
+    std::vector<T> mid, bi, bo;
+  };
+  lines::parallel_chunks(
+      nslab, 1,
+      [&] { return Bufs{std::vector<T>(lout_p * lin_q), std::vector<T>(lmax * W),
+                        std::vector<T>(lmax * W)}; },
+      [&](int64_t begin, int64_t end, Bufs& b) {
+        for (int64_t t = begin; t < end; ++t) {
+          int64_t o = t, so = 0, dof = 0;
+          for (int64_t k = static_cast<int64_t>(osize.size()) - 1; k >= 0; --k) {
+            const int64_t i = o % osize[k];
+            o /= osize[k];
+            so += i * os[k];
+            dof += i * od[k];
+          }
+          // along p: src slab -> mid [lout_p][lin_q] (lanes along q, contiguous in mid)
+          block<T, ADJ>(sp + so, sp_, sq_, b.mid.data(), lin_q, 1, lin_q, lin_p, tab_p, plan_p,
+                        b.bi.data(), b.bo.data());
+          // along q: mid -> dst slab (lanes along p)
+          block<T, ADJ>(b.mid.data(), 1, lin_q, dp + dof, dq_, dp_, lout_p, lin_q, tab_q,
+                        plan_q, b.bi.data(), b.bo.data());
+        }
+      });
 }
 
 void check_args(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<double> scale,

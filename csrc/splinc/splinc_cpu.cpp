@@ -2,7 +2,7 @@
 //
 // Filtering along one dim: tiles of W adjacent lines (nitorch_jit/lines_cpu.h) are copied
 // into a small buffer [n][W], filtered with the recursions vectorised across the W lanes
-// (nitorch_jit/splinc.h), and written back; at::parallel_for distributes the tiles.
+// (nitorch_jit/splinc.h), and written back; lines::parallel_chunks distributes the tiles.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -25,18 +25,19 @@ void filter_dim(const at::Tensor& src, const at::Tensor& dst, int64_t d, const L
   const lines::Tiling tl(src, dst, d, W);
   const T* sp = src.const_data_ptr<T>();
   T* dp = dst.data_ptr<T>();
-  at::parallel_for(0, tl.ntiles, lines::grain(n, W), [&](int64_t begin, int64_t end) {
-    std::vector<T> buf(n * W, T(0));
-    T* b = buf.data();
-    for (int64_t t = begin; t < end; ++t) {
-      int64_t so, dof;
-      int nl;
-      tl.tile(t, W, so, dof, nl);
-      lines::load<W>(sp + so, n, tl.sN, tl.sL, nl, b);
-      splinc::filter_lanes<W, T>(b, W, plan);
-      lines::store<W>(dp + dof, n, tl.dN, tl.dL, nl, b);
-    }
-  });
+  lines::parallel_chunks(
+      tl.ntiles, lines::grain(n, W), [&] { return std::vector<T>(n * W, T(0)); },
+      [&](int64_t begin, int64_t end, std::vector<T>& buf) {
+        T* b = buf.data();
+        for (int64_t t = begin; t < end; ++t) {
+          int64_t so, dof;
+          int nl;
+          tl.tile(t, W, so, dof, nl);
+          lines::load<W>(sp + so, n, tl.sN, tl.sL, nl, b);
+          splinc::filter_lanes<W, T>(b, W, plan);
+          lines::store<W>(dp + dof, n, tl.dN, tl.dL, nl, b);
+        }
+      });
 }
 
 void check_args(const at::Tensor& input, at::IntArrayRef order, at::IntArrayRef bound,

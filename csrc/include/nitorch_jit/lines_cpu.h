@@ -9,8 +9,10 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
@@ -77,9 +79,32 @@ struct Tiling {
   }
 };
 
-// at::parallel_for grain: about 16K elements of work per chunk.
+// Items per chunk for about 16K elements of work (len * W per item).
 inline int64_t grain(int64_t len, int W) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, len * W));
+}
+
+// Run body(begin, end, scratch) over [0, n) in chunks handed out dynamically: each worker
+// thread makes its scratch once (make_scratch()) and takes chunks from a shared counter until
+// none is left. Unlike a static split, a thread that the OS delays (a busy machine) does not
+// hold up the others with half of the work. Inside a parallel region it runs inline.
+template <typename MakeScratch, typename Body>
+void parallel_chunks(int64_t n, int64_t min_chunk, const MakeScratch& make_scratch,
+                     const Body& body) {
+  if (n <= 0) return;
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  // about 8 chunks per thread, each at least min_chunk items
+  const int64_t chunk = std::max<int64_t>(min_chunk, n / (8 * threads) + 1);
+  const int64_t nchunks = (n + chunk - 1) / chunk;
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min(threads, nchunks), 1, [&](int64_t, int64_t) {
+    auto scratch = make_scratch();
+    for (;;) {
+      const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= nchunks) break;
+      body(c * chunk, std::min(n, (c + 1) * chunk), scratch);
+    }
+  });
 }
 
 // buffer b[i * W + w] <- s[i * sN + w * sL], i < n, w < nl (lanes >= nl are zeroed)
