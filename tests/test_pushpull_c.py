@@ -461,6 +461,18 @@ def test_float32_linear_pull_vectorised(C, D, ex, monkeypatch):
             torch.testing.assert_close(out, scalar, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("S", [[1, 9, 10], [7, 1, 10], [7, 9, 1], [1, 17]])
+def test_float32_linear_pull_size_one_dims(C, S):
+    """Size-1 source dims (no interior point there) on the float32 order-1 path."""
+    D = len(S)
+    grid = rand_coords([5, 6, 19][-D:], S, margin=1.5, seed=23)
+    x = randn(1, 2, *S, seed=24)
+    for bound in (0, 1, 3, 6):
+        ref = C.grid_pull(x, grid, [1] * D, [bound] * D, True)
+        out = C.grid_pull(x.float(), grid.float(), [1] * D, [bound] * D, True)
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
 # --------------------------------------------------------------------------- ranges and non-finite
 
 @pytest.mark.parametrize("order", [0, 1, 3, 4])

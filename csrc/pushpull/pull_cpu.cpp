@@ -175,7 +175,11 @@ bool pull1_avx2_usable(const Geom& G) {
   if (env && *env && *env != '0') return false;
   constexpr int64_t kMax = 0x7fffffff;
   int64_t span = 0;  // largest element index of one channel
-  for (int k = 0; k < 3; ++k) span += (G.src[k] - 1) * G.sst[k];
+  for (int k = G.first(); k < 3; ++k) {
+    // size >= 2: a masked lane reads the taps of voxel 0, which must exist
+    if (G.src[k] < 2 || G.src[k] > kMax) return false;
+    span += (G.src[k] - 1) * G.sst[k];
+  }
   return span <= kMax && 7 * G.g[2] + 2 * G.gD <= kMax;
 }
 

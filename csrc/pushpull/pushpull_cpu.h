@@ -377,7 +377,7 @@ inline int64_t scatter_buffer_budget() {
   if (env && *env) {
     char* endp = nullptr;
     const long long v = std::strtoll(env, &endp, 10);
-    if (endp != env && v >= 0) mb = v;
+    if (endp != env && v >= 0) mb = std::min<long long>(v, 1LL << 30);
   }
   return mb << 20;
 }
