@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "nitorch_jit/bounds.h"
@@ -31,21 +32,33 @@ namespace cuda {
 
 inline bool is_half(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
+// Message pieces as strings: numbers go through std::to_string rather than an ostream of this
+// library (on one GPU machine, formatting an integer through the extension's ostream crashed
+// inside libstdc++'s num_put; strings are inserted without a locale facet).
+inline std::string num(int64_t v) { return std::to_string(v); }
+inline std::string shape_str(at::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+inline std::string dev(const at::Tensor& t) { return t.device().str(); }
+inline const char* dt(at::ScalarType t) { return c10::toString(t); }
+
 template <class Policy>
 int64_t check_grid(const at::Tensor& grid) {
   TORCH_CHECK(grid.defined(), "grid is undefined");
   TORCH_CHECK(grid.dim() >= 3, "grid must have shape [B, *O, D] with D in 1..3, got shape ",
-              grid.sizes());
+              shape_str(grid.sizes()));
   const int64_t D = grid.size(-1);
-  TORCH_CHECK(D >= 1 && D <= 3, "grid.size(-1) (D) must be 1, 2 or 3, got ", D);
-  TORCH_CHECK(grid.dim() == D + 2, "grid must have D + 2 = ", D + 2,
-              " dims [B, *O, D] (D = grid.size(-1)), got shape ", grid.sizes());
+  TORCH_CHECK(D >= 1 && D <= 3, "grid.size(-1) (D) must be 1, 2 or 3, got ", num(D));
+  TORCH_CHECK(grid.dim() == D + 2, "grid must have D + 2 = ", num(D + 2),
+              " dims [B, *O, D] (D = grid.size(-1)), got shape ", shape_str(grid.sizes()));
   TORCH_CHECK(Policy::on_device(grid), "grid must be a ", Policy::kDevice,
-              " tensor, got device ", grid.device());
+              " tensor, got device ", dev(grid));
   TORCH_CHECK(grid.layout() == at::kStrided, "grid must be a strided (dense) tensor");
   const auto t = grid.scalar_type();
   TORCH_CHECK(t == at::kFloat || t == at::kDouble || is_half(t),
-              "grid must be float16, bfloat16, float32 or float64, got ", t);
+              "grid must be float16, bfloat16, float32 or float64, got ", dt(t));
   return D;
 }
 
@@ -55,48 +68,49 @@ inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor
                   bool with_d, const char* layout) {
   TORCH_CHECK(t.defined(), name, " is undefined");
   const int64_t want = D + 2 + (with_d ? 1 : 0);
-  TORCH_CHECK(t.dim() == want, name, " must have ", want, " dims ", layout, " for D = ", D,
-              ", got shape ", t.sizes());
-  TORCH_CHECK(t.device() == grid.device(), name, " must be on the grid's device (",
-              grid.device(), "), got ", t.device());
+  TORCH_CHECK(t.dim() == want, name, " must have ", num(want), " dims ", layout, " for D = ",
+              num(D), ", got shape ", shape_str(t.sizes()));
+  TORCH_CHECK(t.device() == grid.device(), name, " must be on the grid's device (", dev(grid),
+              "), got ", dev(t));
   TORCH_CHECK(t.layout() == at::kStrided, name, " must be a strided (dense) tensor");
   const auto ty = t.scalar_type(), gt = grid.scalar_type();
-  TORCH_CHECK(ty == gt || (is_half(ty) && gt == at::kFloat), name, " dtype (", ty,
-              ") must match grid dtype (", gt,
+  TORCH_CHECK(ty == gt || (is_half(ty) && gt == at::kFloat), name, " dtype (", dt(ty),
+              ") must match grid dtype (", dt(gt),
               ") (float16/bfloat16 data may also come with a float32 grid)");
-  TORCH_CHECK(t.size(0) == grid.size(0), name, " batch size (", t.size(0),
-              ") must equal grid batch size (", grid.size(0), ")");
+  TORCH_CHECK(t.size(0) == grid.size(0), name, " batch size (", num(t.size(0)),
+              ") must equal grid batch size (", num(grid.size(0)), ")");
   if (with_d)
-    TORCH_CHECK(t.size(-1) == D, name, ".size(-1) must be D = ", D, ", got ", t.size(-1));
+    TORCH_CHECK(t.size(-1) == D, name, ".size(-1) must be D = ", num(D), ", got ",
+                num(t.size(-1)));
 }
 
 inline void check_point_shape(const at::Tensor& t, const char* name, const at::Tensor& grid,
                        int64_t D) {
   for (int64_t d = 0; d < D; ++d)
     TORCH_CHECK(t.size(2 + d) == grid.size(1 + d), name, " spatial shape ",
-                t.sizes().slice(2, D), " must equal the grid spatial shape ",
-                grid.sizes().slice(1, D));
+                shape_str(t.sizes().slice(2, D)), " must equal the grid spatial shape ",
+                shape_str(grid.sizes().slice(1, D)));
 }
 
 inline void check_options(at::IntArrayRef order, at::IntArrayRef bound, int64_t D) {
-  TORCH_CHECK(static_cast<int64_t>(order.size()) == D, "order must have D = ", D,
-              " entries (one per spatial dim), got ", order.size());
-  TORCH_CHECK(static_cast<int64_t>(bound.size()) == D, "bound must have D = ", D,
-              " entries (one per spatial dim), got ", bound.size());
+  TORCH_CHECK(static_cast<int64_t>(order.size()) == D, "order must have D = ", num(D),
+              " entries (one per spatial dim), got ", num(order.size()));
+  TORCH_CHECK(static_cast<int64_t>(bound.size()) == D, "bound must have D = ", num(D),
+              " entries (one per spatial dim), got ", num(bound.size()));
   for (int64_t d = 0; d < D; ++d) {
-    TORCH_CHECK(order[d] >= 0 && order[d] <= kMaxOrder, "order[", d, "] must be in 0..",
-                kMaxOrder, ", got ", order[d]);
-    TORCH_CHECK(bound[d] >= 0 && bound[d] < kNumBounds, "bound[", d, "] must be in 0..",
-                kNumBounds - 1, " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ",
-                bound[d]);
+    TORCH_CHECK(order[d] >= 0 && order[d] <= kMaxOrder, "order[", num(d), "] must be in 0..",
+                num(kMaxOrder), ", got ", num(order[d]));
+    TORCH_CHECK(bound[d] >= 0 && bound[d] < kNumBounds, "bound[", num(d), "] must be in 0..",
+                num(kNumBounds - 1), " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ",
+                num(bound[d]));
   }
 }
 
 inline void check_shape(at::IntArrayRef shape, int64_t D) {
-  TORCH_CHECK(static_cast<int64_t>(shape.size()) == D, "shape must have D = ", D,
-              " entries (the output spatial size), got ", shape.size());
+  TORCH_CHECK(static_cast<int64_t>(shape.size()) == D, "shape must have D = ", num(D),
+              " entries (the output spatial size), got ", num(shape.size()));
   for (int64_t d = 0; d < D; ++d)
-    TORCH_CHECK(shape[d] >= 0, "shape[", d, "] must be >= 0, got ", shape[d]);
+    TORCH_CHECK(shape[d] >= 0, "shape[", num(d), "] must be >= 0, got ", num(shape[d]));
 }
 
 // --------------------------------------------------------------------------------------------
@@ -212,7 +226,7 @@ template <class Policy, int OP>
 void run(Params& p, const at::Tensor& data, bool i32) {
   if (p.B == 0 || p.P == 0) return;
   TORCH_CHECK((p.P + 255) / 256 <= std::numeric_limits<int32_t>::max(),
-              "too many grid points per batch (", p.P, ") for one CUDA launch");
+              "too many grid points per batch (", num(p.P), ") for one CUDA launch");
   set_flat(p);
   Policy::template run_kernel<OP>(p, dtype_of(data), i32 && allow_i32());
 }
@@ -285,10 +299,11 @@ at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at:
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(weight, "weight", grid, D, kIsHess, kIsHess ? "[B, C, *O, D]" : "[B, C, *O]");
   check_point_shape(weight, "weight", grid, D);
-  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", weight.size(1),
-              ") must equal input channels (", input.size(1), ")");
+  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", num(weight.size(1)),
+              ") must equal input channels (", num(input.size(1)), ")");
   TORCH_CHECK(weight.scalar_type() == input.scalar_type(), "weight dtype (",
-              weight.scalar_type(), ") must equal input dtype (", input.scalar_type(), ")");
+              dt(weight.scalar_type()), ") must equal input dtype (", dt(input.scalar_type()),
+              ")");
   check_options(order, bound, D);
   const typename Policy::Guard guard(grid.device());
   std::vector<int64_t> osize = {grid.size(0)};

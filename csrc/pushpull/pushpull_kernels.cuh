@@ -33,6 +33,11 @@ namespace cuda {
 
 constexpr int kThreads = 256;
 constexpr int kMaxGridY = 65535;
+// minimum resident blocks per SM asked of the order-0/1 fast kernels (a register cap: 256-thread
+// blocks, 65536 registers per SM); a tuning knob
+#ifndef NJ_PP_MINB
+#define NJ_PP_MINB 1
+#endif
 
 // --------------------------------------------------------------------------------------------
 // Scalar types: S the stored type, A = AccOf<S> the computation type.
@@ -674,7 +679,7 @@ __device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename
 // x: points of a batch (one thread each); y: batches (strided loop past 65535). G stays in
 // parameter space (__grid_constant__: no per-thread copy even where its address is taken).
 template <class Op, int O, int DIM>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, (O == 0 || O == 1) ? NJ_PP_MINB : 1)
     pushpull_kernel(const __grid_constant__ Geo<typename Op::I> G) {
   using I = typename Op::I;
   const int64_t q = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
