@@ -145,6 +145,19 @@ def ensure(module, device):
         return state[0]
 
 
+try:
+    _is_compiling = torch.compiler.is_compiling
+except AttributeError:  # torch < 2.3
+    _is_compiling = torch._dynamo.is_compiling
+
+
+def ensure_eager(module, device):
+    """ensure() for the Python entry points. Under torch.compile it does nothing: the ops'
+    fake kernels call ensure() at trace time instead, so dynamo never traces the loader."""
+    if not _is_compiling():
+        ensure(module, device)
+
+
 def status():
     """{(module, device type): (backend, reason)} for what this process has loaded so far."""
     return dict(_STATE)

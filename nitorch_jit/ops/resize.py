@@ -37,15 +37,8 @@ _ANCHORS = {"c": "c", "center": "c", "centers": "c", "centre": "c", "centres": "
             "f": "f", "first": "f",
             "l": "l", "last": "l"}
 
-try:
-    _is_compiling = torch.compiler.is_compiling
-except AttributeError:  # torch < 2.3
-    _is_compiling = torch._dynamo.is_compiling
-
-
 def _ensure(device):
-    if not _is_compiling():
-        backend.ensure(_MODULE, device)
+    backend.ensure_eager(_MODULE, device)
 
 
 # ----------------------------------------------------------------------------- fake kernels

@@ -17,16 +17,8 @@ _ops = torch.ops.nitorch_jit
 _MODULE = "splinc"
 _HALF = (torch.float16, torch.bfloat16)
 
-try:
-    _is_compiling = torch.compiler.is_compiling
-except AttributeError:  # torch < 2.3
-    _is_compiling = torch._dynamo.is_compiling
-
-
 def _ensure(device):
-    # Under torch.compile the fake kernels below do this at trace time instead.
-    if not _is_compiling():
-        backend.ensure(_MODULE, device)
+    backend.ensure_eager(_MODULE, device)
 
 
 # ----------------------------------------------------------------------------- fake kernels
