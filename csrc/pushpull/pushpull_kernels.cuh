@@ -33,10 +33,16 @@ namespace cuda {
 
 constexpr int kThreads = 256;
 constexpr int kMaxGridY = 65535;
-// minimum resident blocks per SM asked of the order-0/1 fast kernels (a register cap: 256-thread
-// blocks, 65536 registers per SM); a tuning knob
-#ifndef NJ_PP_MINB
-#define NJ_PP_MINB 1
+// Resident blocks per SM asked of the order-0/1 fast kernels, i.e. a register cap (256-thread
+// blocks, 65536 registers per SM): 6 (<= 40 registers) for pull/push, 5 (<= 48) for the ops with
+// derivatives. Measured on an H200 (256^3 float32, order 1): pull 0.35 -> 0.22 ms against an
+// explicit 1, grad_dot 0.55 -> 0.33 ms; 8 was slower. Other kernels get no minimum (an explicit
+// 1 made the order-3 pull twice slower), nor does float64 (it would spill).
+#ifndef NJ_PP_MINB_GATHER
+#define NJ_PP_MINB_GATHER 6
+#endif
+#ifndef NJ_PP_MINB_DERIV
+#define NJ_PP_MINB_DERIV 5
 #endif
 
 // --------------------------------------------------------------------------------------------
@@ -679,8 +685,7 @@ __device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename
 // x: points of a batch (one thread each); y: batches (strided loop past 65535). G stays in
 // parameter space (__grid_constant__: no per-thread copy even where its address is taken).
 template <class Op, int O, int DIM>
-__global__ void __launch_bounds__(kThreads, (O == 0 || O == 1) ? NJ_PP_MINB : 1)
-    pushpull_kernel(const __grid_constant__ Geo<typename Op::I> G) {
+__device__ __forceinline__ void kernel_body(const Geo<typename Op::I>& G) {
   using I = typename Op::I;
   const int64_t q = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (q >= static_cast<int64_t>(G.P)) return;
@@ -701,6 +706,19 @@ __global__ void __launch_bounds__(kThreads, (O == 0 || O == 1) ? NJ_PP_MINB : 1)
     run_point<Op, O, DIM>(G, b, p, goff + b * G.gB, poff + b * G.pB);
 }
 
+template <class Op, int O, int DIM>
+__global__ void __launch_bounds__(kThreads)
+    pushpull_kernel(const __grid_constant__ Geo<typename Op::I> G) {
+  kernel_body<Op, O, DIM>(G);
+}
+
+// the order-0/1 fast paths computed in float32, with a register cap
+template <class Op, int O, int DIM>
+__global__ void __launch_bounds__(kThreads, Op::DER == 0 ? NJ_PP_MINB_GATHER : NJ_PP_MINB_DERIV)
+    pushpull_kernel_capped(const __grid_constant__ Geo<typename Op::I> G) {
+  kernel_body<Op, O, DIM>(G);
+}
+
 // --------------------------------------------------------------------------------------------
 // Variant selection and launch. MASK bit o: fast path for "every dim has order o".
 template <class Op, int O, int DIM>
@@ -714,7 +732,10 @@ cudaError_t launch_variant(const Params& prm, cudaStream_t stream) {
   nj_emulate_launch(grid, dim3(kThreads), [&] { pushpull_kernel<Op, O, DIM>(G); });
   return cudaSuccess;
 #else
-  pushpull_kernel<Op, O, DIM><<<grid, kThreads, 0, stream>>>(G);
+  if constexpr ((O == 0 || O == 1) && std::is_same<typename Op::A, float>::value)
+    pushpull_kernel_capped<Op, O, DIM><<<grid, kThreads, 0, stream>>>(G);
+  else
+    pushpull_kernel<Op, O, DIM><<<grid, kThreads, 0, stream>>>(G);
   return cudaGetLastError();
 #endif
 }
