@@ -164,8 +164,8 @@ def _prepare(input, grid, dim, input_core):
 def _half_kernels(input):
     """The compiled CUDA kernels take float16/bfloat16 data (with a grid of the same dtype or
     float32); the CPU kernels and the pure-PyTorch ones get float32 copies."""
-    return (input.dtype in _HALF and input.device.type == "cuda" and not _is_compiling()
-            and backend.ensure(_MODULE, input.device) == "C")
+    return (input.dtype in _HALF and not backend._is_compiling()
+            and input.device.type == "cuda" and backend.ensure(_MODULE, input.device) == "C")
 
 
 def _options(dim, interpolation, bound, extrapolate):
