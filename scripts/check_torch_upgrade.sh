@@ -20,7 +20,8 @@ echo "== building the wheel"
 "$PY" -m pip wheel -q --no-deps -w "$WORK/dist" . >/dev/null
 WHEEL=$(ls "$WORK"/dist/nitorch_jit-*.whl)
 case "$WHEEL" in *py3-none-any.whl) ;; *) echo "FAIL: not a pure wheel: $WHEEL"; exit 1;; esac
-unzip -l "$WHEEL" | grep -q "nitorch_jit/csrc/pushpull/" || { echo "FAIL: wheel lacks csrc"; exit 1; }
+LISTING=$(unzip -l "$WHEEL")  # (not piped into grep -q: pipefail would see unzip's SIGPIPE)
+grep -q "nitorch_jit/csrc/pushpull/pull_cpu.cpp" <<<"$LISTING" || { echo "FAIL: wheel lacks csrc"; exit 1; }
 
 venv() {  # venv DIR TORCH_VERSION
     if [ ! -x "$1/bin/python" ] || ! "$1/bin/python" -c "import torch,sys; sys.exit(torch.__version__.split('+')[0] != '$2')" 2>/dev/null; then
