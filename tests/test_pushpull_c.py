@@ -122,14 +122,18 @@ def test_vs_torch_full(C, TORCH, op):
 @pytest.mark.parametrize("D", [2, 3])
 @pytest.mark.parametrize("Cn", [1, 3])
 def test_vs_torch_fast_paths_larger(C, TORCH, op, order, D, Cn):
-    """Fast paths (every dim of order 0-3, D = 2, 3): sizes large enough for the parallel split
-    and for both interior (unrolled) and border (folded) points; one and several channels."""
+    """Fast paths (every dim of order 0-3, D = 2, 3; float64 has those of orders 1 and 3):
+    sizes large enough for the parallel split and for both interior (unrolled) and border
+    (folded) points; one and several channels; float64 and float32."""
     S, O = [9, 8, 10][-D:], [12, 10, 14][-D:]
     args = case_args(op, D, B=1, Cn=Cn, S=S, O=O, margin=1.5, seed=3)
     bound = [2, 5, 3][-D:]
     a = getattr(C, op)(*args, [order] * D, bound, True)
     b = getattr(TORCH, op)(*args, [order] * D, bound, True)
     close(a, b)
+    args32 = [x.float() if isinstance(x, torch.Tensor) else x for x in args]
+    a32 = getattr(C, op)(*args32, [order] * D, bound, True)
+    torch.testing.assert_close(a32.double(), b, rtol=1e-4, atol=1e-4 * max(1, b.abs().max()))
 
 
 # --------------------------------------------------------------------------- the shared headers

@@ -12,24 +12,11 @@ namespace {
 constexpr int kGradDotFast = (1 << 1) | (1 << 2) | (1 << 3);
 constexpr int kHessDotFast = (1 << 1) | (1 << 2) | (1 << 3);
 
-struct WeightStrides {
-  int64_t sB, sC, s[3], sD;
-  NJ_INLINE int64_t at(const Point& pt) const {
-    return pt.b * sB + pt.i[0] * s[0] + pt.i[1] * s[1] + pt.i[2] * s[2];
-  }
-};
-
-inline WeightStrides weight_strides(const at::Tensor& t, int64_t D, bool with_d) {
-  WeightStrides ws{t.stride(0), t.stride(1), {0, 0, 0}, with_d ? t.stride(-1) : 0};
-  for (int64_t d = 0; d < D; ++d) ws.s[3 - D + d] = t.stride(2 + d);
-  return ws;
-}
-
 // out[b, p, d] = sum_c weight[b, c, p] * grad(input)[b, c, p, d]
 template <typename T>
 struct GradDotOp {
   const T* wt;
-  WeightStrides ws;
+  PointStrides ws;
   const T* in;
   int64_t sB, sC;
   T* out;  // [B, P, D] contiguous
@@ -70,7 +57,7 @@ struct GradDotOp {
 template <typename T>
 struct HessDotOp {
   const T* wt;
-  WeightStrides ws;
+  PointStrides ws;
   const T* in;
   int64_t sB, sC;
   T* out;  // [B, P, D] contiguous
@@ -120,7 +107,7 @@ at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at:
   at::Tensor out = at::empty(osize, grid.options());
   if (out.numel() == 0) return out;
   if (G.empty_source() || G.C == 0) return out.zero_();
-  const WeightStrides ws = weight_strides(weight, D, kHess);
+  const PointStrides ws = point_strides(weight, D, kHess);
   AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), kHess ? "grid_hess_dot" : "grid_grad_dot", [&] {
     const scalar_t* gp = grid.const_data_ptr<scalar_t>();
     if constexpr (kHess) {

@@ -11,20 +11,6 @@ namespace {
 constexpr int kPushFast = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3);
 constexpr int kPushGradFast = (1 << 1) | (1 << 2) | (1 << 3);
 
-// Strides of a per-point tensor [B, C, *O(, D)] in internal (padded) order.
-struct PointStrides {
-  int64_t sB, sC, s[3], sD;
-  NJ_INLINE int64_t at(const Point& pt) const {
-    return pt.b * sB + pt.i[0] * s[0] + pt.i[1] * s[1] + pt.i[2] * s[2];
-  }
-};
-
-inline PointStrides point_strides(const at::Tensor& t, int64_t D, bool with_d) {
-  PointStrides ps{t.stride(0), t.stride(1), {0, 0, 0}, with_d ? t.stride(-1) : 0};
-  for (int64_t d = 0; d < D; ++d) ps.s[3 - D + d] = t.stride(2 + d);
-  return ps;
-}
-
 template <typename T, class Add>
 struct PushOp {
   const T* in;
