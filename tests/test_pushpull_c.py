@@ -6,8 +6,10 @@ under -m slow); scipy.ndimage.map_coordinates (pull, orders 0-5); torch-interpol
 push; all bounds but dst1, whose interpol version zeroes a real voxel, see
 tests/test_pushpull_torch.py); adjointness; finite differences (grad of pull, hess_dot of
 grad_dot); thread-count independence of the scatters (private buffers and atomic path);
-strides (non-contiguous, batch stride 0); float32; out-of-range and non-finite points; bad
-input raising instead of crashing. The contract is docs/pushpull-spec.md.
+strides (non-contiguous, batch stride 0); float32, including the AVX2 order-1 pull path
+(NI_JIT_DISABLE_AVX2=1 selects the scalar one); out-of-range and non-finite points; bad input
+raising instead of crashing; bounds.h and spline.h compiled on their own. The scatters' atomic
+path is forced with NI_JIT_PUSH_BUFFER_MB=0. The contract is docs/pushpull-spec.md.
 """
 import itertools
 import math
