@@ -10,7 +10,8 @@ namespace cpu {
 namespace {
 
 constexpr int kGradDotFast = (1 << 1) | (1 << 2) | (1 << 3);
-constexpr int kHessDotFast = (1 << 1) | (1 << 2) | (1 << 3);
+// hess_dot (second-order backward of grid_grad) is rarely hot: generic path only (build time)
+constexpr int kHessDotFast = 0;
 
 // out[b, p, d] = sum_c weight[b, c, p] * grad(input)[b, c, p, d]
 template <typename T>

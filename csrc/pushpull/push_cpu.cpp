@@ -9,7 +9,7 @@ namespace cpu {
 namespace {
 
 constexpr int kPushFast = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3);
-constexpr int kPushGradFast = (1 << 1) | (1 << 2) | (1 << 3);
+constexpr int kPushGradFast = (1 << 1) | (1 << 3);
 
 template <typename T, class Add>
 struct PushOp {
