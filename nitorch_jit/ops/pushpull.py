@@ -142,15 +142,20 @@ def _flatten_batch(x, xbatch, batch):
     return x.expand(tuple(batch) + tuple(core)).reshape((n,) + tuple(core))
 
 
+def _broadcast(a, b):
+    # torch.broadcast_shapes would import sympy (over 1 s) on the first call
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    if any(x != y and x != 1 and y != 1 for x, y in zip(a, b)):
+        raise ValueError(f"input batch dims {a} and grid batch dims {b} do not broadcast")
+    return tuple(y if x == 1 else x for x, y in zip(a, b))
+
+
 def _prepare(input, grid, dim, input_core):
     """Broadcast batch dims; return flattened input, grid, the batch shape and the dtype."""
     ibatch = input.shape[:input.dim() - input_core]
     gbatch = grid.shape[:grid.dim() - dim - 1]
-    try:
-        batch = torch.broadcast_shapes(ibatch, gbatch)
-    except RuntimeError:
-        raise ValueError(f"input batch dims {tuple(ibatch)} and grid batch dims "
-                         f"{tuple(gbatch)} do not broadcast") from None
+    batch = _broadcast(ibatch, gbatch)
     out_dtype = input.dtype
     if _half_kernels(input):  # half data, computed in float32 by the kernels
         if grid.dtype != input.dtype:
