@@ -18,8 +18,9 @@ ORDER_CODES = {
 }
 
 
-def _per_dim(value, dim, argname):
-    if isinstance(value, (list, tuple)):
+def per_dim(value, dim, argname):
+    """A value or a list of up to `dim` values -> `dim` values (the last one repeated)."""
+    if isinstance(value, (list, tuple, torch.Size)):
         values = list(value)
         if not values:
             raise ValueError(f"{argname}: expected a value or a list of up to {dim} values, got []")
@@ -32,7 +33,7 @@ def _per_dim(value, dim, argname):
 def bound_codes(bound, dim, argname="bound"):
     """One kernel code per spatial dim from a name, a code, or a list of them."""
     out = []
-    for b in _per_dim(bound, dim, argname):
+    for b in per_dim(bound, dim, argname):
         if isinstance(b, str) and b.lower() in BOUND_CODES:
             out.append(BOUND_CODES[b.lower()])
         elif isinstance(b, int) and not isinstance(b, bool) and 0 <= b < len(BOUND_NAMES):
@@ -46,7 +47,7 @@ def bound_codes(bound, dim, argname="bound"):
 def order_codes(interpolation, dim, argname="interpolation"):
     """One spline order (0..7) per spatial dim from a name, an int, or a list of them."""
     out = []
-    for o in _per_dim(interpolation, dim, argname):
+    for o in per_dim(interpolation, dim, argname):
         if isinstance(o, str) and o.lower() in ORDER_CODES:
             out.append(ORDER_CODES[o.lower()])
         elif isinstance(o, int) and not isinstance(o, bool) and 0 <= o <= 7:

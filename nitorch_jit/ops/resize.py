@@ -27,7 +27,7 @@ import torch
 
 from .. import backend
 from . import library  # noqa: F401  (defines the schemas)
-from .options import bound_codes, check_tensor, order_codes
+from .options import bound_codes, check_tensor, order_codes, per_dim
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "resize"
@@ -77,17 +77,6 @@ def _listlen(*values):
     return max(lengths) if lengths else None
 
 
-def _per_dim(value, dim, argname):
-    if isinstance(value, (list, tuple, torch.Size)):
-        value = list(value)
-        if not value:
-            raise ValueError(f"{argname}: expected a value or a list of up to {dim} values, got []")
-        if len(value) > dim:
-            raise ValueError(f"{argname}: got {len(value)} values for {dim} spatial dimensions")
-        return value + value[-1:] * (dim - len(value))
-    return [value] * dim
-
-
 def _spatial_dim(image, *lists):
     check_tensor(image, "image", floating=False)
     if not image.is_floating_point() or image.is_complex():
@@ -109,7 +98,7 @@ def _factors(factor, dim):
     if factor is None:
         return None
     out = []
-    for f in _per_dim(factor, dim, "factor"):
+    for f in per_dim(factor, dim, "factor"):
         if isinstance(f, bool) or not isinstance(f, (int, float)):
             raise TypeError(f"factor: expected positive numbers, got {f!r}")
         if not (f > 0 and math.isfinite(f)):
@@ -122,7 +111,7 @@ def _shapes(shape, dim):
     if shape is None:
         return None
     out = []
-    for s in _per_dim(shape, dim, "shape"):
+    for s in per_dim(shape, dim, "shape"):
         if isinstance(s, bool) or not isinstance(s, int):
             raise TypeError(f"shape: expected positive ints, got {s!r}")
         if s < 1:
@@ -133,7 +122,7 @@ def _shapes(shape, dim):
 
 def _anchors(anchor, dim):
     out = []
-    for a in _per_dim(anchor, dim, "anchor"):
+    for a in per_dim(anchor, dim, "anchor"):
         if not isinstance(a, str) or a.lower() not in _ANCHORS:
             raise ValueError(f"anchor: unknown anchor {a!r}; expected one of 'c' (centers), "
                              f"'e' (edges), 'f' (first), 'l' (last)")
