@@ -145,6 +145,27 @@ def test_four_processes_on_a_cold_cache_build_once(tmp_path):
     assert len(_entries(root)) == 1
 
 
+def _workers(root):
+    """Pids of the build workers compiling into cache root `root` (Linux /proc)."""
+    pids = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(c.endswith(b"_worker.py") for c in cmd) and any(str(root).encode() in c for c in cmd):
+            pids.append(int(d.name))
+    return pids
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_builder_killed_mid_compile_blocks_nobody(tmp_path):
     root = tmp_path / "cache"
     proc = subprocess.Popen([sys.executable, str(TINY), "7"], env=_env(root),
@@ -152,9 +173,16 @@ def test_builder_killed_mid_compile_blocks_nobody(tmp_path):
     line = proc.stderr.readline()  # the progress line: the build has started, lock held
     assert "compiling" in line
     time.sleep(1.0)
+    workers = _workers(root)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not _entries(root)  # nothing half-built was published
+    if sys.platform.startswith("linux"):  # the orphaned compile stops too (its whole group)
+        assert len(workers) == 1, workers
+        deadline = time.monotonic() + 5
+        while _group_alive(workers[0]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _group_alive(workers[0]), "the compile went on after its builder died"
     after = run_tiny(root, offset=7, NI_JIT_LOCK_TIMEOUT=300)
     assert result(after) == [7.0, 7.0, 7.0]
 

@@ -6,7 +6,21 @@ compiler's output goes to a pipe the parent writes to the log. This file imports
 """
 import json
 import os
+import signal
 import sys
+import threading
+import time
+
+
+def _watch_parent(parent):
+    """Stop the whole compile when the parent dies (say, SIGKILLed): its result would never be
+    published, so compiling on would only waste the machine. The worker leads its own process
+    group (build.py), which holds ninja and the compilers."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:  # re-parented: the builder is gone
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
 
 
 def main(path):
@@ -29,4 +43,6 @@ def main(path):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and hasattr(os, "killpg") and os.getpgrp() == os.getpid():
+        threading.Thread(target=_watch_parent, args=(int(sys.argv[2]),), daemon=True).start()
     main(sys.argv[1])

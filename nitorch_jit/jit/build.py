@@ -7,6 +7,7 @@ by an atomic rename, and one progress line on stderr so the first call never loo
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -125,9 +126,12 @@ def _run_compiler(spec, tmp, log_path):
     verbose = _verbose()
     tty = sys.stderr.isatty() and not verbose
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(worker), str(req_path)],
+        # its own session (process group): the whole compile (worker, ninja, compilers) can
+        # be stopped as one, by us on an exception or by the worker when we die (_worker.py)
+        proc = subprocess.Popen([sys.executable, str(worker), str(req_path), str(os.getpid())],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", env=dict(os.environ, **env_extra))
+                                errors="replace", env=dict(os.environ, **env_extra),
+                                start_new_session=True)
 
         def pump():
             for line in proc.stdout:
@@ -138,18 +142,31 @@ def _run_compiler(spec, tmp, log_path):
         t = threading.Thread(target=pump, daemon=True)
         t.start()
         start = time.monotonic()
-        while proc.poll() is None:
-            if tty:
-                sys.stderr.write(f"\r  ... {time.monotonic() - start:.0f} s")
-                sys.stderr.flush()
-            try:
-                proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                pass
+        try:
+            while proc.poll() is None:
+                if tty:
+                    sys.stderr.write(f"\r  ... {time.monotonic() - start:.0f} s")
+                    sys.stderr.flush()
+                try:
+                    proc.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    pass
+        except BaseException:  # Ctrl-C (the worker's session does not get the terminal's)
+            _stop_group(proc)
+            raise
         t.join()
         if tty:
             sys.stderr.write("\r" + " " * 20 + "\r")
     return proc.returncode
+
+
+def _stop_group(proc):
+    """Kill the worker's process group (worker, ninja, compilers) and reap the worker."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        proc.kill()
+    proc.wait()
 
 
 def load(spec):
