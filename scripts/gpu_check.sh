@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One command for a GPU machine: build the CUDA pushpull kernels for the GPU present, run the
-# CUDA tests, run the GPU benchmark, print a summary. Runs from the source tree (no install,
+# One command for a GPU machine: build the CUDA kernels (pushpull, splinc, resize) for the GPU
+# present, run the CUDA tests, run the GPU benchmarks, print a summary. Runs from the source tree (no install,
 # no network), with a fresh cache in a temporary folder (so platformdirs is never needed).
 #
 # usage: scripts/gpu_check.sh
@@ -62,12 +62,11 @@ echo "== build (CUDA for the GPU present, then CPU)"
 limit 900 env NI_COMPILED_BACKEND=C NI_JIT_VERBOSE=0 "$PY" - <<'EOF' | tee "$WORK/build.txt"
 import sys, time
 from nitorch_jit import backend
-t = time.monotonic()
-assert backend.ensure("pushpull", "cuda") == "C"
-print(f"BUILD cuda {time.monotonic() - t:.1f} s")
-t = time.monotonic()
-assert backend.ensure("pushpull", "cpu") == "C"
-print(f"BUILD cpu {time.monotonic() - t:.1f} s")
+for module in ("pushpull", "splinc", "resize"):
+    for device in ("cuda", "cpu"):
+        t = time.monotonic()
+        assert backend.ensure(module, device) == "C", backend.status()
+        print(f"BUILD {module} {device} {time.monotonic() - t:.1f} s", flush=True)
 assert "platformdirs" not in sys.modules, "platformdirs was imported"
 EOF
 if [ $? -ne 0 ]; then
@@ -75,10 +74,13 @@ if [ $? -ne 0 ]; then
 fi
 
 echo "== tests"
-TESTS=${GPU_CHECK_TESTS:-tests/test_cuda.py tests/test_cuda_build.py tests/test_cuda_emu.py \
+# the real kernels on the GPU; not the host emulation (tests/test_cuda_emu*.py) nor the
+# compile-only check (the build above did it for real), which CI runs without a GPU
+TESTS=${GPU_CHECK_TESTS:-tests/test_cuda.py tests/test_cuda_resize.py tests/test_cuda_build.py \
 tests/test_jit.py::test_arch_list_parsing tests/test_jit.py::test_nvcc_wrapper_is_resolved}
 # shellcheck disable=SC2086
-limit 600 "$PY" -m pytest -q -p no:cacheprovider -rs --durations=5 $TESTS 2>&1 | tee "$WORK/pytest.txt"
+limit 600 "$PY" -m pytest -q -p no:cacheprovider -rs --durations=5 -k "not builds_and_registers" \
+    $TESTS 2>&1 | tee "$WORK/pytest.txt"
 TESTS_RC=$?
 [ $TESTS_RC -ne 0 ] && STATUS=1
 
@@ -86,6 +88,8 @@ echo "== benchmark"
 limit 400 "$PY" scripts/bench_cuda.py --json "$WORK/bench.json" 2>&1 | tee "$WORK/bench.txt"
 BENCH_RC=$?
 [ $BENCH_RC -ne 0 ] && STATUS=1
+limit 200 "$PY" scripts/bench_cuda_resize.py --json "$WORK/bench_resize.json" 2>&1 | tee "$WORK/bench_resize.txt"
+[ $? -ne 0 ] && STATUS=1
 if [ $STATUS -eq 0 ] && grep -q "^TARGET .* MISS$" "$WORK/bench.txt"; then STATUS=2; fi
 
 echo
@@ -94,5 +98,7 @@ grep "^BUILD" "$WORK/build.txt" | sed 's/^BUILD /first build: /'
 echo "tests: $(grep -E '(passed|failed|error)' "$WORK/pytest.txt" | tail -1) (exit $TESTS_RC)"
 grep -E "^(bench_cuda:|copy bandwidth|vs grid_sample|TARGET)" "$WORK/bench.txt" || echo "benchmark: no result (exit $BENCH_RC)"
 grep -E "^(grid_sample|pull order|push order|grad_dot)" "$WORK/bench.txt" | sed 's/^/  /' || true
+echo "prefilter / resize (bench_cuda_resize.py):"
+grep -E "^(check:|spline|resize|restrict| )" "$WORK/bench_resize.txt" | sed 's/^/  /' || true
 echo "total: $(( $(date +%s) - T0 )) s, status $STATUS"
 exit $STATUS

@@ -1,0 +1,123 @@
+"""GPU benchmark of the CUDA spline prefilter and resize kernels, ratios in one run.
+
+    python scripts/bench_cuda_resize.py [--size 128] [--repeat 20] [--json FILE]
+
+No speed goal is set for these ops on the GPU; the table shows where they stand against the
+peers a GPU user has at hand, all on the same device in the same run:
+
+- spline_coeff_nd order 3 (dct2) on a (2 * size)^3 volume: ours vs the pure-PyTorch twin
+  (nitorch_jit.torch_impl, what NI_COMPILED_BACKEND=TORCH runs);
+- resize x2, linear, edge anchor, no prefilter, size^3 -> (2 * size)^3: ours vs
+  torch.nn.functional.interpolate(mode='trilinear', align_corners=False), the same operator
+  (checked: the outputs agree);
+- resize x2, cubic, edge anchor, prefilter: ours vs the twin;
+- restrict (the adjoint) of that resize, (2 * size)^3 -> size^3: ours vs the twin.
+
+Times are CUDA-event milliseconds, the minimum over --repeat runs after a warm-up. The
+effective bandwidth counts the input and output once. Exit status 0 (1 without a GPU).
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import nitorch_jit as nj  # noqa: E402
+from nitorch_jit import backend  # noqa: E402
+from nitorch_jit.bench import print_table  # noqa: E402
+from nitorch_jit.ops.options import bound_codes  # noqa: E402
+from nitorch_jit.torch_impl import resize as twin_resize  # noqa: E402
+from nitorch_jit.torch_impl import splinc as twin_splinc  # noqa: E402
+
+
+def gpu_ms(fn, repeat, warmup=3):
+    for _ in range(warmup):
+        fn()
+    if not torch.cuda.is_available():  # --device cpu: a smoke run of the script itself
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            fn()
+            best = min(best, 1e3 * (time.perf_counter() - t))
+        return best
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        best = min(best, a.elapsed_time(b))
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run)")
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        print("bench_cuda_resize: no CUDA device", file=sys.stderr)
+        return 1
+    kinds = {m: backend.ensure(m, dev) for m in ("splinc", "resize")}
+    n, m = args.size, 2 * args.size
+    torch.manual_seed(0)
+    small = torch.randn(1, 1, n, n, n, device=dev)
+    big = torch.randn(1, 1, m, m, m, device=dev)
+    dct2 = bound_codes("dct2", 3)
+    scale, shift = n / m, 0.5 * (n / m - 1)  # edge anchor, x2 (see nitorch_jit/ops/resize.py)
+    geo = ([m] * 3, [scale] * 3, [shift] * 3)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
+    print(f"bench_cuda_resize: {name}, torch {torch.__version__}, "
+          f"backends {kinds}, float32, {n}^3 <-> {m}^3")
+
+    ours_lin = nj.resize(small, factor=2, anchor="e", interpolation=1, prefilter=False)
+    ref_lin = F.interpolate(small, scale_factor=2, mode="trilinear", align_corners=False)
+    err = (ours_lin - ref_lin).abs().max().item()
+    print(f"check: resize linear edge vs F.interpolate trilinear: max |diff| {err:.2e}")
+
+    cases = [
+        ("spline_coeff_nd o3", m ** 3 * 2,
+         lambda: nj.spline_coeff_nd(big, 3, "dct2", dim=3),
+         {"torch twin": lambda: twin_splinc.spline_coeff_nd(big, [3] * 3, dct2, [2, 3, 4],
+                                                             False)}),
+        ("resize x2 o1 edge", (n ** 3 + m ** 3),
+         lambda: nj.resize(small, factor=2, anchor="e", interpolation=1, prefilter=False),
+         {"F.interpolate trilinear": lambda: F.interpolate(
+             small, scale_factor=2, mode="trilinear", align_corners=False)}),
+        ("resize x2 o3 edge prefilter", (n ** 3 + m ** 3),
+         lambda: nj.resize(small, factor=2, anchor="e", interpolation=3),
+         {"torch twin": lambda: twin_resize.resize(small, *geo, [3] * 3, dct2, True)}),
+        ("restrict x2 o3 edge prefilter", (n ** 3 + m ** 3),
+         lambda: nj.restrict(big, factor=2, anchor="e", interpolation=3),
+         {"torch twin": lambda: twin_resize.resize_adjoint(
+             big, [n] * 3, [scale] * 3, [shift] * 3, [3] * 3, dct2, True)}),
+    ]
+    rows, records = [], []
+    for name, elems, ours, peers in cases:
+        t = gpu_ms(ours, args.repeat)
+        gbs = elems * 4 / t / 1e6
+        rows.append([name, "ours", f"{t:.3f}", f"{gbs:.0f}", ""])
+        records.append({"case": name, "impl": "ours", "ms": t})
+        for pname, fn in peers.items():
+            tp = gpu_ms(fn, max(3, args.repeat // 4))
+            rows.append(["", pname, f"{tp:.3f}", "", f"{tp / t:.2f}x"])
+            records.append({"case": name, "impl": pname, "ms": tp, "ratio": tp / t})
+    print_table(rows, ["case", "impl", "ms", "GB/s", "peer/ours"])
+    if args.json:
+        Path(args.json).write_text(json.dumps({"err_linear": err, "rows": records}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
