@@ -12,12 +12,11 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <numeric>
 #include <utility>
 #include <vector>
 
 #include "nitorch_jit/lines_cpu.h"
-#include "nitorch_jit/resize.h"
+#include "nitorch_jit/resize_tables.h"
 #include "nitorch_jit/splinc.h"
 
 namespace nitorch_jit {
@@ -25,59 +24,7 @@ namespace {
 
 using splinc::LinePlan;
 
-// A gather table: out[r] = sum_k w[r*K + k] * in[idx[r*K + k]] for each of `rows` rows.
-template <typename T>
-struct Table {
-  int64_t rows = 0;
-  int K = 0;
-  std::vector<int32_t> idx;
-  std::vector<T> w;
-};
-
-// Forward: row o (of m) holds the order+1 taps of output o over an input of length n.
-template <typename T>
-Table<T> forward_table(int order, int bound, int64_t n, int64_t m, double scale, double shift) {
-  Table<T> t;
-  t.rows = m;
-  t.K = order + 1;
-  t.idx.resize(m * t.K);
-  t.w.resize(m * t.K);
-  int64_t ji[kMaxTaps];
-  T wi[kMaxTaps];
-  for (int64_t o = 0; o < m; ++o) {
-    resize::taps<T>(order, bound, n, scale, shift, o, ji, wi);
-    for (int k = 0; k < t.K; ++k) {
-      t.idx[o * t.K + k] = static_cast<int32_t>(ji[k]);
-      t.w[o * t.K + k] = wi[k];
-    }
-  }
-  return t;
-}
-
-// Adjoint: the transpose of the forward table, row j (of n) gathering from the m outputs,
-// padded with zero weights to the longest row. A gather vectorises; a scatter would not.
-template <typename T>
-Table<T> adjoint_table(const Table<T>& f, int64_t n) {
-  std::vector<int32_t> count(n, 0);
-  for (int64_t e = 0; e < f.rows * f.K; ++e)
-    if (f.w[e] != T(0)) ++count[f.idx[e]];
-  Table<T> t;
-  t.rows = n;
-  t.K = std::max<int>(1, *std::max_element(count.begin(), count.end()));
-  t.idx.assign(n * t.K, 0);
-  t.w.assign(n * t.K, T(0));
-  std::fill(count.begin(), count.end(), 0);
-  for (int64_t o = 0; o < f.rows; ++o)
-    for (int k = 0; k < f.K; ++k) {
-      const T wk = f.w[o * f.K + k];
-      if (wk == T(0)) continue;
-      const int64_t j = f.idx[o * f.K + k];
-      const int64_t e = j * t.K + count[j]++;
-      t.idx[e] = static_cast<int32_t>(o);
-      t.w[e] = wk;
-    }
-  return t;
-}
+using resize::Table;
 
 // bout[r][w] = sum_k w[r, k] * bin[idx[r, k]][w]: accumulate in the output row (this form
 // vectorises across the W lanes; a local accumulator array does not, with gcc 12).
@@ -240,31 +187,11 @@ at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<doub
   const int64_t D = static_cast<int64_t>(shape.size());
   const int64_t off = input.dim() - D;
   std::vector<int64_t> sizes(input.sizes().begin(), input.sizes().end());
-  // shrink first: dims in increasing order of (output length / input length)
-  std::vector<int64_t> dims(D);
-  std::iota(dims.begin(), dims.end(), 0);
-  std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) {
-    return shape[a] * sizes[off + b] < shape[b] * sizes[off + a];
-  });
   const bool dbl = input.scalar_type() == at::kDouble;
-  // the passes to do (identity dims skipped), in order
-  struct Step {
-    int64_t i, lin, lout;
-    bool filt;
-    LinePlan plan;
-  };
-  std::vector<Step> steps;
-  steps.reserve(D);
-  for (int64_t i : dims) {
-    Step st;
-    st.i = i;
-    st.lin = sizes[off + i];
-    st.lout = shape[i];
-    const int64_t n = ADJ ? st.lout : st.lin, m = ADJ ? st.lin : st.lout;
-    st.filt = prefilter && splinc::make_plan((int)order[i], (int)bound[i], n, dbl, ADJ, st.plan);
-    if (!st.filt && n == m && scale[i] == 1.0 && shift[i] == 0.0 && order[i] <= 1) continue;
-    steps.push_back(st);
-  }
+  using resize::Step;
+  const std::vector<Step> steps =
+      resize::plan_steps(ADJ, D, sizes.data() + off, shape.data(), scale.data(), shift.data(),
+                         order.data(), bound.data(), prefilter, dbl);
   if (steps.empty()) return input.clone(at::MemoryFormat::Contiguous);
   // fuse the last two passes when there are enough slabs and a slab fits in cache
   bool fuse = false;
@@ -283,10 +210,8 @@ at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<doub
   const bool empty = input.numel() == 0;
   AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "resize", [&] {
     auto table = [&](const Step& st) {
-      const int64_t n = ADJ ? st.lout : st.lin, m = ADJ ? st.lin : st.lout;
-      Table<scalar_t> fwd = forward_table<scalar_t>((int)order[st.i], (int)bound[st.i], n, m,
-                                                    scale[st.i], shift[st.i]);
-      return ADJ ? adjoint_table(fwd, n) : fwd;
+      return resize::step_table<scalar_t>(ADJ, st, (int)order[st.i], (int)bound[st.i],
+                                          scale[st.i], shift[st.i]);
     };
     const size_t nsingle = steps.size() - (fuse ? 2 : 0);
     for (size_t k = 0; k < nsingle; ++k) {
