@@ -1,0 +1,12 @@
+// CUDA splinc ops: the CUDA policy and the registration under the CUDA key. The host logic is
+// splinc_cuda_host.cuh, the kernels splinc_kernels.cu (no torch header).
+#include <torch/library.h>
+
+#include "nitorch_jit/lines_cuda_policy.cuh"
+#include "splinc_cuda_host.cuh"
+
+TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
+  using Ops = nitorch_jit::splinc::cuda::Ops<nitorch_jit::lines_cuda::CudaPolicy>;
+  m.impl("spline_coeff_nd", &Ops::spline_coeff_nd);
+  m.impl("spline_coeff_nd_", &Ops::spline_coeff_nd_);
+}

@@ -1,0 +1,95 @@
+// CUDA splinc ops, host side (docs/splinc-resize-spec.md): the CPU ops' checks and messages,
+// the plans, the launches. Templated on a Policy (nitorch_jit/lines_cuda_host.cuh) so that
+// the same code serves the CUDA library (splinc_cuda.cu) and the host emulation of the
+// kernels (tests/data/lines_cuda_emu.cpp).
+//
+// The data are filtered in a contiguous buffer (the output; for the in-place op the input
+// itself when contiguous, else a contiguous copy written back at the end), one launch per
+// filtered dim, one thread per line (lines_cuda.cuh). Every plan goes to the device in one
+// copy before the first launch.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include <vector>
+
+#include "nitorch_jit/lines_cuda_host.cuh"
+#include "nitorch_jit/splinc.h"
+
+namespace nitorch_jit {
+namespace splinc {
+namespace cuda {
+
+template <class Policy>
+void check_args(const at::Tensor& input, at::IntArrayRef order, at::IntArrayRef bound,
+                at::IntArrayRef dim, const char* name) {
+  using lines_cuda::num;
+  TORCH_CHECK(Policy::on_device(input), name, ": expected a ", Policy::kDevice, " tensor");
+  TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble, name,
+              ": expected float32 or float64, got ", lines_cuda::dt(input.scalar_type()));
+  TORCH_CHECK(order.size() == bound.size() && bound.size() == dim.size(), name,
+              ": order, bound and dim must have the same length");
+  for (size_t i = 0; i < dim.size(); ++i) {
+    TORCH_CHECK(dim[i] >= 0 && dim[i] < input.dim(), name, ": dim ", num(dim[i]),
+                " out of range");
+    TORCH_CHECK(order[i] >= 0 && order[i] <= 7, name, ": order must be in 0..7, got ",
+                num(order[i]));
+    TORCH_CHECK(filter_bound((int)bound[i]) >= 0, name, ": unknown bound code ", num(bound[i]));
+  }
+}
+
+// Filter the contiguous tensor x in place along each dim (identity dims skipped).
+template <class Policy>
+void apply(const at::Tensor& x, at::IntArrayRef order, at::IntArrayRef bound,
+           at::IntArrayRef dim, bool adjoint) {
+  if (x.numel() == 0) return;
+  const bool dbl = x.scalar_type() == at::kDouble;
+  std::vector<int64_t> dims;
+  std::vector<size_t> offs;
+  lines_cuda::Staging stage;
+  LinePlan plan;
+  for (size_t i = 0; i < dim.size(); ++i) {
+    if (!make_plan((int)order[i], (int)bound[i], x.size(dim[i]), dbl, adjoint, plan)) continue;
+    dims.push_back(dim[i]);
+    offs.push_back(stage.add(&plan, sizeof(LinePlan)));
+  }
+  if (dims.empty()) return;
+  stage.upload<Policy>(x);
+  for (size_t k = 0; k < dims.size(); ++k)
+    lines_cuda::filter_dim<Policy>(x, dims[k], stage.at<LinePlan>(offs[k]));
+}
+
+template <class Policy>
+struct Ops {
+  static at::Tensor spline_coeff_nd(const at::Tensor& input, at::IntArrayRef order,
+                                    at::IntArrayRef bound, at::IntArrayRef dim, bool adjoint) {
+    check_args<Policy>(input, order, bound, dim, "spline_coeff_nd");
+    const typename Policy::Guard guard(input.device());
+    at::Tensor out = at::empty(input.sizes(), input.options());  // contiguous
+    out.copy_(input);
+    apply<Policy>(out, order, bound, dim, adjoint);
+    return out;
+  }
+
+  static void spline_coeff_nd_(const at::Tensor& input, at::IntArrayRef order,
+                               at::IntArrayRef bound, at::IntArrayRef dim, bool adjoint) {
+    check_args<Policy>(input, order, bound, dim, "spline_coeff_nd_");
+    // expanded (stride 0) dims alias memory and cannot be filtered in place
+    for (int64_t k = 0; k < input.dim(); ++k)
+      TORCH_CHECK(input.size(k) < 2 || input.stride(k) != 0,
+                  "spline_coeff_nd_: input has an expanded dim (stride 0); use inplace=False");
+    const typename Policy::Guard guard(input.device());
+    if (input.is_contiguous()) {
+      apply<Policy>(input, order, bound, dim, adjoint);
+      return;
+    }
+    at::Tensor work = input.contiguous();
+    apply<Policy>(work, order, bound, dim, adjoint);
+    input.copy_(work);
+  }
+};
+
+}  // namespace cuda
+}  // namespace splinc
+}  // namespace nitorch_jit

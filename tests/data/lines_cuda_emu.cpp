@@ -1,0 +1,71 @@
+// Host emulation of the CUDA splinc and resize kernels (tests/test_cuda_emu_lines.py):
+// compiles the CUDA sources of csrc/splinc and csrc/resize (the line kernels of
+// nitorch_jit/lines_cuda.cuh and both modules' host logic) with the host compiler and runs
+// every "thread" of every launch one after the other on the CPU. It checks the kernels'
+// logic (line and element indexing, grid-stride loops, plans and tables in the uploaded
+// buffer, 32/64-bit offsets) without a GPU; what only a GPU does (memory spaces, the launch
+// itself, streams) is left to tests/test_cuda_resize.py. The ops are registered under the CPU
+// key of the namespace nj_emu_lines (schemas defined by the test).
+#define NJ_LINES_EMULATE 1
+#define NJ_LINES_MAX_BLOCKS 2  // the grid-stride loops run
+#define __launch_bounds__(...)
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>  // (standard headers first: they use __attribute__((__noinline__)))
+
+// CUDA built-ins, emulated: one thread at a time.
+static dim3 blockIdx, threadIdx, gridDim, blockDim;
+
+template <class F>
+void nj_emulate_launch(dim3 grid, dim3 block, F&& kernel) {
+  gridDim = grid;
+  blockDim = block;
+  for (unsigned x = 0; x < grid.x; ++x)
+    for (unsigned t = 0; t < block.x; ++t) {
+      blockIdx = dim3(x, 0, 0);
+      threadIdx = dim3(t, 0, 0);
+      kernel();
+    }
+}
+
+#define __noinline__ __attribute__((noinline))
+#include "nitorch_jit/lines_cuda.cuh"
+#undef __noinline__
+
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "resize_cuda_host.cuh"
+#include "splinc_cuda_host.cuh"
+
+namespace {
+
+struct EmuPolicy {
+  static constexpr const char* kDevice = "CPU (CUDA emulation)";
+  static bool on_device(const at::Tensor& t) { return t.is_cpu(); }
+  struct Guard {
+    explicit Guard(c10::Device) {}
+  };
+  static cudaStream_t stream() { return nullptr; }
+  static void check(cudaError_t e) { TORCH_CHECK(e == cudaSuccess, "emulated launch failed"); }
+  // the emulated device is the host: a plain CPU buffer
+  static at::Tensor upload(const void* bytes, size_t n, const at::Tensor& like) {
+    at::Tensor t = at::empty({static_cast<int64_t>(n)}, like.options().dtype(at::kByte));
+    if (n) std::memcpy(t.data_ptr(), bytes, n);
+    return t;
+  }
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(nj_emu_lines, CPU, m) {
+  using Splinc = nitorch_jit::splinc::cuda::Ops<EmuPolicy>;
+  using Resize = nitorch_jit::resize::cuda::Ops<EmuPolicy>;
+  m.impl("spline_coeff_nd", &Splinc::spline_coeff_nd);
+  m.impl("spline_coeff_nd_", &Splinc::spline_coeff_nd_);
+  m.impl("resize", &Resize::resize);
+  m.impl("resize_adjoint", &Resize::resize_adjoint);
+}
