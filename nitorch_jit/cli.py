@@ -1,6 +1,7 @@
 """nitorch-jit info | build | cache list/clear/path | bench"""
 import argparse
 import os
+import shutil
 import platform
 import sys
 import time
@@ -72,6 +73,21 @@ def _backend_preview(module, device_type):
     return "C", f"compiles on first use ({_why(name, key)})"
 
 
+def _runtime_note():
+    """One line on the C++ runtime: the one loaded here vs the compiler's."""
+    loaded = toolchain.loaded_cxx_runtime()
+    built = toolchain.compiler_cxx_runtime(toolchain.cxx_command())
+    if loaded is None or built is None:
+        return "C++ runtime: not checked (not Linux / not libstdc++)"
+    mismatch = toolchain.runtime_mismatch(toolchain.cxx_command())
+    if mismatch:
+        return (f"C++ runtime: MISMATCH: {mismatch}; point CXX at a compiler of that runtime's "
+                f"version, or start Python with LD_PRELOAD={built[0]}")
+    note = "" if os.environ.get("CXX") or toolchain.cxx_command() == shutil.which("c++") else \
+        f" (c++ on PATH builds against a newer runtime; using {toolchain.cxx_command()})"
+    return f"C++ runtime: builds against {built[0]}, loaded {loaded[0]}: compatible{note}"
+
+
 def cmd_info(args):
     print(f"nitorch_jit {__import__('nitorch_jit').__version__}")
     print(f"torch       {torch.__version__} (git {torch.version.git_version[:10]}), "
@@ -83,6 +99,8 @@ def cmd_info(args):
     for label, fn in [("c++", toolchain.find_cxx), ("ninja", toolchain.find_ninja)]:
         got, err = _try(fn)
         print(f"  {label:10s}{' | '.join(got) if got else 'MISSING: ' + err}")
+        if label == "c++" and got:
+            print(f"  {'':10s}{_runtime_note()}")
     home, err = _try(toolchain.find_cuda_home)
     if home:
         ver, verr = _try(lambda: toolchain.nvcc_version(home[0]))

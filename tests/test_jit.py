@@ -276,3 +276,39 @@ def test_nvcc_wrapper_is_resolved(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "nowhere"))
     with pytest.raises(toolchain.ToolchainError, match="CUDA_HOME"):
         toolchain.find_cuda_home()
+
+
+def _fake_compiler(path, runtime):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"""#!/bin/sh
+case "$1" in
+  --version) echo "fake-gcc {path.name}";;
+  -print-file-name=*) echo "{runtime}";;
+  *) exit 1;;
+esac
+""")
+    path.chmod(0o755)
+
+
+def test_compiler_of_a_newer_cxx_runtime_is_avoided(tmp_path, monkeypatch):
+    from nitorch_jit.jit import toolchain
+    libs = tmp_path / "lib"
+    libs.mkdir()
+    for minor in (20, 99):
+        (libs / f"libstdc++.so.6.0.{minor}").write_bytes(b"")
+    (libs / "libstdc++.so.6").symlink_to(libs / "libstdc++.so.6.0.99")  # as a real install
+    bin_ = tmp_path / "bin"
+    _fake_compiler(bin_ / "c++", libs / "libstdc++.so.6")  # newer than the loaded runtime
+    _fake_compiler(bin_ / "g++", libs / "libstdc++.so.6.0.20")  # older: fine
+    monkeypatch.setattr(toolchain, "loaded_cxx_runtime",
+                        lambda: ("/usr/lib/libstdc++.so.6.0.30", 30))
+    monkeypatch.setenv("PATH", str(bin_))
+    monkeypatch.delenv("CXX", raising=False)
+    assert "newer than the C++ runtime" in toolchain.runtime_mismatch(str(bin_ / "c++"))
+    assert toolchain.runtime_mismatch(str(bin_ / "g++")) is None
+    # no CXX: the matching g++ is used, and the key names it
+    assert toolchain.cxx_command() == str(bin_ / "g++")
+    assert toolchain.find_cxx() == (str(bin_ / "g++"), "fake-gcc g++")
+    # an explicit CXX is kept (the progress line and `info` warn instead)
+    monkeypatch.setenv("CXX", "c++")
+    assert toolchain.cxx_command() == str(bin_ / "c++")

@@ -108,7 +108,7 @@ def _load_library(path):
 
 def _run_compiler(spec, tmp, log_path):
     """Run the worker, streaming its output into the log; show elapsed time on a terminal."""
-    env_extra = {}
+    env_extra = {"CXX": toolchain.cxx_command()}  # the compiler the key names
     with_cuda = spec.device == "cuda"
     if with_cuda:
         home, _ = toolchain.find_cuda_home()
@@ -212,6 +212,11 @@ def _build(spec, key, name):
         archs = f" for sm {', '.join(spec.archs)}" if spec.device == "cuda" else ""
         _say(f"compiling {what}{archs} ({_why(name, key)}) into {root / name}; "
              f"this takes about {_estimate(key)} s, once")
+        mismatch = toolchain.runtime_mismatch(toolchain.cxx_command())
+        if mismatch:
+            _say(f"warning: {mismatch}; the library may fail to load or crash. Point CXX at a "
+                 f"compiler of the loaded runtime's version, or start Python with "
+                 f"LD_PRELOAD={toolchain.compiler_cxx_runtime(toolchain.cxx_command())[0]}")
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-{os.getpid()}-", dir=root))
         log_path = tmp / "build.log"
         start = time.monotonic()

@@ -27,8 +27,7 @@ def _run_version(cmd):
 
 
 # ----------------------------------------------------------------------------- C++ compiler
-@functools.lru_cache(None)
-def _cxx_cached(cxx, path_env):
+def _which_cxx(cxx, path_env):
     path = shutil.which(cxx, path=path_env)
     if path is None:
         raise ToolchainError(
@@ -39,12 +38,95 @@ def _cxx_cached(cxx, path_env):
     text = _run_version([path, "--version"])
     if text is None:
         raise ToolchainError(f"the C++ compiler '{path}' does not run ('{path} --version' failed)")
-    return os.path.realpath(path), text.splitlines()[0]
+    return path, text.splitlines()[0]
+
+
+def _libstdcxx_minor(path):
+    """N of a libstdc++.so.6.0.N file (after symlinks), or None."""
+    m = re.search(r"libstdc\+\+\.so\.6\.0\.(\d+)$", os.path.realpath(path))
+    return int(m.group(1)) if m else None
+
+
+def loaded_cxx_runtime():
+    """(path, N) of the libstdc++.so.6.0.N loaded in this process (Linux), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "libstdc++.so" in line:
+                    path = line.split()[-1]
+                    minor = _libstdcxx_minor(path)
+                    if minor is not None:
+                        return os.path.realpath(path), minor
+    except OSError:
+        pass
+    return None
+
+
+@functools.lru_cache(None)
+def compiler_cxx_runtime(cxx):
+    """(path, N) of the libstdc++.so.6.0.N that compiler `cxx` builds against, or None
+    (not gcc-like, or not libstdc++)."""
+    out = _run_version([cxx, "-print-file-name=libstdc++.so.6"])
+    if not out or not os.path.isabs(out):
+        return None
+    minor = _libstdcxx_minor(out)
+    return (os.path.realpath(out), minor) if minor is not None else None
+
+
+def runtime_mismatch(cxx):
+    """A message when `cxx` builds against a newer libstdc++ than the one this process loaded
+    (e.g. a newer g++ in /opt or conda than the system runtime that torch came up with): its
+    headers may need what the loaded runtime lacks; seen as a missing GLIBCXX_* symbol at
+    load, or as a crash when a library formats a number. None when they agree or are unknown."""
+    loaded, built = loaded_cxx_runtime(), compiler_cxx_runtime(cxx)
+    if loaded is None or built is None or built[1] <= loaded[1]:
+        return None
+    return (f"'{cxx}' builds against {built[0]}, newer than the C++ runtime this Python process "
+            f"loaded ({loaded[0]})")
+
+
+def _cxx_candidates(path_env):
+    """Other compilers worth trying when the default one does not match the loaded runtime."""
+    names = ["g++", "c++", "/usr/bin/g++", "/usr/bin/c++"]
+    for folder in path_env.split(os.pathsep) + ["/usr/bin"]:
+        try:
+            names += sorted((str(p) for p in Path(folder).glob("g++-[0-9]*")), reverse=True)
+        except OSError:
+            pass
+    return names
+
+
+@functools.lru_cache(None)
+def _cxx_cached(cxx, path_env, explicit):
+    path, version = _which_cxx(cxx, path_env)
+    if not explicit and runtime_mismatch(path):
+        # prefer a compiler whose runtime is the loaded one (or older): no CXX was given
+        seen = {os.path.realpath(path)}
+        for cand in _cxx_candidates(path_env):
+            try:
+                cpath, cversion = _which_cxx(cand, path_env)
+            except ToolchainError:
+                continue
+            if os.path.realpath(cpath) in seen:
+                continue
+            seen.add(os.path.realpath(cpath))
+            if compiler_cxx_runtime(cpath) is not None and not runtime_mismatch(cpath):
+                return cpath, cversion
+    return path, version
+
+
+def cxx_command():
+    """The command that builds use as CXX: CXX, else c++ on PATH, else (when c++ builds
+    against a newer libstdc++ than the loaded one) a matching g++ found instead."""
+    explicit = os.environ.get("CXX")
+    return _cxx_cached(explicit or "c++", os.environ.get("PATH", ""), bool(explicit))[0]
 
 
 def find_cxx():
     """Return (resolved path, first line of --version) of the host C++ compiler."""
-    return _cxx_cached(os.environ.get("CXX", "c++"), os.environ.get("PATH", ""))
+    path, version = _cxx_cached(os.environ.get("CXX") or "c++", os.environ.get("PATH", ""),
+                                bool(os.environ.get("CXX")))
+    return os.path.realpath(path), version
 
 
 # ----------------------------------------------------------------------------- ninja
