@@ -1,6 +1,6 @@
-"""The CUDA pushpull module without a GPU: it compiles for an explicit arch and registers every
-op under the CUDA key; and a CUDA device whose kernels cannot be compiled falls back to the
-pure-PyTorch kernels with one warning (or raises with NI_COMPILED_BACKEND=C).
+"""The CUDA modules without a GPU: each (pushpull, splinc, resize) compiles for an explicit
+arch and registers every op of its module under the CUDA key; and a CUDA device whose kernels
+cannot be compiled falls back to the pure-PyTorch kernels with one warning (or raises with NI_COMPILED_BACKEND=C).
 
 The build runs in a fresh process with its own cache (loading a second copy of the CUDA
 kernels into the test process would re-register them). Skipped only when torch is a CPU build
@@ -20,29 +20,30 @@ REPO = Path(__file__).resolve().parent.parent
 ARCH = "9.0"
 
 
-def run(code, tmp_path, timeout=1800, **env):
+def run(code, tmp_path, timeout=1800, args=(), **env):
     e = dict(os.environ, NI_JIT_CACHE_DIR=str(tmp_path / "cache"),
              PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     e.pop("NI_COMPILED_BACKEND", None)
     e.update({k: str(v) for k, v in env.items()})
-    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-c", code, *args], env=e, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def lines(proc, tag):
     return [x[len(tag) + 1:] for x in proc.stdout.splitlines() if x.startswith(tag + " ")]
 
 
-BUILD = f"""
-import json, time, torch
+BUILD = """
+import json, sys, time, torch
 from nitorch_jit import backend
 from nitorch_jit.jit import cache
 from nitorch_jit.ops.library import MODULES
+module = sys.argv[1]
 start = time.monotonic()
-path = backend.load_module("pushpull", "cuda", "{ARCH}")
+path = backend.load_module(module, "cuda", "{ARCH}")
 print("SECONDS", time.monotonic() - start)
 print("LIBRARY", path)
-missing = [op for op in MODULES["pushpull"]
+missing = [op for op in MODULES[module]
            if not torch._C._dispatch_has_kernel_for_dispatch_key("nitorch_jit::" + op, "CUDA")]
 print("MISSING", json.dumps(missing))
 entries = [e for e in cache.entries() if e.manifest["key"].get("device") == "cuda"]
@@ -50,7 +51,8 @@ print("ARCHS", json.dumps([e.manifest["key"].get("archs") for e in entries]))
 """
 
 
-def test_cuda_module_builds_and_registers(tmp_path):
+@pytest.mark.parametrize("module", ["pushpull", "splinc", "resize"])
+def test_cuda_module_builds_and_registers(tmp_path, module):
     if torch.version.cuda is None:
         pytest.skip("torch is a CPU-only build (torch.version.cuda is None): no CUDA module")
     try:
@@ -58,12 +60,13 @@ def test_cuda_module_builds_and_registers(tmp_path):
         toolchain.check_cuda_versions(toolchain.nvcc_version(home), torch.version.cuda)
     except toolchain.ToolchainError as e:
         pytest.skip(f"no usable CUDA toolkit: {e}")
-    proc = run(BUILD, tmp_path, MAX_JOBS=os.environ.get("MAX_JOBS", str(os.cpu_count() or 1)))
+    proc = run(BUILD.replace("{ARCH}", ARCH), tmp_path, args=[module],
+               MAX_JOBS=os.environ.get("MAX_JOBS", str(os.cpu_count() or 1)))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert lines(proc, "MISSING") == ["[]"], proc.stdout
     assert lines(proc, "ARCHS") == [f'[["{ARCH}"]]'], proc.stdout
     seconds = float(lines(proc, "SECONDS")[0])
-    print(f"CUDA pushpull module built for sm {ARCH} in {seconds:.0f} s")
+    print(f"CUDA {module} module built for sm {ARCH} in {seconds:.0f} s")
 
 
 FALLBACK = """

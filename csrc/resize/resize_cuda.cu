@@ -1,5 +1,8 @@
 // CUDA resize ops: the CUDA policy and the registration under the CUDA key. The host logic is
 // resize_cuda_host.cuh, the kernels resize_kernels.cu (no torch header).
+// Host code only: the device passes skip it (parsing the torch headers for the device took a
+// third of this file's compile time, for nothing).
+#ifndef __CUDA_ARCH__
 #include <torch/library.h>
 
 #include "nitorch_jit/lines_cuda_policy.cuh"
@@ -10,3 +13,5 @@ TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
   m.impl("resize", &Ops::resize);
   m.impl("resize_adjoint", &Ops::resize_adjoint);
 }
+
+#endif  // __CUDA_ARCH__

@@ -1,5 +1,8 @@
 // CUDA splinc ops: the CUDA policy and the registration under the CUDA key. The host logic is
 // splinc_cuda_host.cuh, the kernels splinc_kernels.cu (no torch header).
+// Host code only: the device passes skip it (parsing the torch headers for the device took a
+// third of this file's compile time, for nothing).
+#ifndef __CUDA_ARCH__
 #include <torch/library.h>
 
 #include "nitorch_jit/lines_cuda_policy.cuh"
@@ -10,3 +13,5 @@ TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
   m.impl("spline_coeff_nd", &Ops::spline_coeff_nd);
   m.impl("spline_coeff_nd_", &Ops::spline_coeff_nd_);
 }
+
+#endif  // __CUDA_ARCH__
