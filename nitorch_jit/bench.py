@@ -49,7 +49,57 @@ def print_table(rows, headers):
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
 
 
-def run_bench(size=128, threads=None, repeat=5):
+def run_bench(size=128, threads=None, repeat=5, modules=("pushpull",)):
+    """Time the compiled kernels of `modules` against their pure-PyTorch twins and peers."""
+    status = 0
+    if "pushpull" in modules:
+        status |= _bench_pushpull(size, threads, repeat)
+    if "splinc" in modules or "resize" in modules:
+        status |= _bench_resize(size, threads, repeat, modules)
+    return status
+
+
+def _bench_resize(size, threads, repeat, modules):
+    from . import backend
+    from .ops import resize as R
+    from .ops import splinc as S
+    from .torch_impl import resize as torch_rs
+    from .torch_impl import splinc as torch_sc
+    if threads:
+        torch.set_num_threads(threads)
+    print(f"nitorch-jit bench: prefilter / resize, {size}^3 float32 volume, "
+          f"{torch.get_num_threads()} threads", flush=True)
+    torch.manual_seed(0)
+    x = torch.randn(1, 1, size, size, size)
+    dct2 = [2] * 3  # bound code of dct2 (docs/pushpull-spec.md)
+    n, m = size, 2 * size
+    scale, shift = n / m, 0.5 * (n / m - 1)  # edge anchor, x2
+    cases = []
+    if "splinc" in modules:
+        cases.append(("spline_coeff_nd cubic", "splinc",
+                      lambda: S.spline_coeff_nd(x, 3, "dct2", dim=3),
+                      lambda: torch_sc.spline_coeff_nd(x, [3] * 3, dct2, [2, 3, 4], False)))
+    if "resize" in modules:
+        cases.append((f"resize x2 cubic -> {m}^3", "resize",
+                      lambda: R.resize(x, factor=2, anchor="e", interpolation=3),
+                      lambda: torch_rs.resize(x, [m] * 3, [scale] * 3, [shift] * 3, [3] * 3,
+                                              dct2, True)))
+    rows = []
+    for label, module, ours, twin in cases:
+        try:
+            backend.load_module(module, "cpu")
+            t_c = timeit(ours, repeat)
+            diff = f"C-TORCH {(ours() - twin()).abs().max().item():.1e}"
+        except Exception as e:  # report, then time what can be timed
+            print(f"C kernels of {module} unavailable: {e}", file=sys.stderr)
+            t_c, diff = float("nan"), "-"
+        t_t = timeit(twin, max(1, repeat // 2))
+        rows.append((label, f"{t_c:.1f}", f"{t_t:.1f}", f"{t_t / t_c:.1f}x", diff))
+    print_table(rows, ["op", "C ms", "TORCH ms", "C vs TORCH", "max abs diff"])
+    return 0
+
+
+def _bench_pushpull(size, threads, repeat):
     from . import backend
     from .torch_impl import pushpull as torch_pp
     if threads:

@@ -102,3 +102,15 @@ def test_cli_info_build_list_clear(tmp_path):
     cleared = run(cli + ["cache", "clear"], root)
     assert "1 entry removed" in cleared.stdout and not entry.exists()
     assert "no entries" in run(cli + ["cache", "list"], root).stdout
+
+
+def test_cli_bench_all_modules(tmp_path):
+    # the suite's cache: the modules are built already (or built once, here)
+    proc = run(["-m", "nitorch_jit", "bench", "--module", "all", "--size", "12", "--repeat", "1"],
+               Path(os.environ["NI_JIT_CACHE_DIR"]))
+    assert proc.returncode == 0, proc.stderr
+    for row in ("pull linear", "push linear", "grid_sample linear", "spline_coeff_nd cubic",
+                "resize x2 cubic -> 24^3"):
+        assert row in proc.stdout, (row, proc.stdout)
+    diffs = [float(w.split()[0].rstrip(",")) for w in proc.stdout.split("C-TORCH")[1:]]
+    assert len(diffs) == 6 and max(diffs) < 1e-4, proc.stdout

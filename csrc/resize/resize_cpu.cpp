@@ -132,8 +132,10 @@ void fused_pass(const at::Tensor& src, const at::Tensor& dst, int64_t p, int64_t
   struct Bufs {
     std::vector<T> mid, bi, bo;
   };
+  // slabs per chunk: about 16K multiply-adds (lines::grain's measure)
+  const int64_t slab_work = lout_p * (lin_q * tab_p.K + lout_q * tab_q.K);
   lines::parallel_chunks(
-      nslab, 1,
+      nslab, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, slab_work)),
       [&] { return Bufs{std::vector<T>(lout_p * lin_q), std::vector<T>(lmax * W),
                         std::vector<T>(lmax * W)}; },
       [&](int64_t begin, int64_t end, Bufs& b) {

@@ -93,6 +93,13 @@ void parallel_chunks(int64_t n, int64_t min_chunk, const MakeScratch& make_scrat
                      const Body& body) {
   if (n <= 0) return;
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  // a few chunks of work only: inline (waking the pool costs more, and much more on a busy
+  // machine, where a thread that is not scheduled holds up the whole call)
+  if (threads == 1 || n <= 4 * std::max<int64_t>(1, min_chunk) || at::in_parallel_region()) {
+    auto scratch = make_scratch();
+    body(0, n, scratch);
+    return;
+  }
   // about 8 chunks per thread, each at least min_chunk items
   const int64_t chunk = std::max<int64_t>(min_chunk, n / (8 * threads) + 1);
   const int64_t nchunks = (n + chunk - 1) / chunk;
