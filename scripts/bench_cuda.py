@@ -9,8 +9,9 @@ One synthetic float32 volume (size^3, one channel) and two grids with displaceme
 5x5x5 neighbourhood). Times, in one run: the GPU's copy bandwidth (a 1 GiB device-to-device
 copy), grid_sample (trilinear, zeros, align_corners=True) forward and forward+backward, and
 nitorch_jit's order-1 pull (bound zero, extrapolate=True: the same operator), push, grad_dot,
-and pull forward+backward, plus a few other rows (order 3, bfloat16). Effective bandwidth
-counts each tensor once (grid, values, output; the sampled image once). Checks the issue's
+the fused backward (grid_pull_backward) and pull forward+backward, plus a few other rows
+(order 3, bfloat16). Effective bandwidth counts each tensor once (grid, values, output; the
+sampled image once). Checks the issue's
 targets for each grid: pull >= 1.2x faster than grid_sample, push <= 2x pull,
 forward+backward >= 1.5x faster than grid_sample's. Also reports the first CUDA compile of
 the module (or the cached build's time). Exit status 0 always (the targets are reported, not
@@ -170,6 +171,10 @@ def main(argv=None):
         row("grad_dot1" + tag, "grad_dot order 1 (backward's grid part)" + tag,
             timed(lambda: torch.ops.nitorch_jit.grid_grad_dot(ours, img, grid, [1] * 3, [6] * 3,
                                                               True), device, args.repeat), b_dot)
+        row("pullback1" + tag, "pull_backward order 1 (fused push + grad_dot)" + tag,
+            timed(lambda: torch.ops.nitorch_jit.grid_pull_backward(ours, img, grid, [1] * 3,
+                                                                   [6] * 3, True),
+                  device, args.repeat), b_bwd)
         x = img.clone().requires_grad_()
         g = grid.clone().requires_grad_()
         gsg = gs_grid.clone().requires_grad_()

@@ -90,6 +90,13 @@ def bench_dim(dim, size, repeat, rows, compiled_torch):
                       max(1, repeat // 2))
         rows.append((tag, "push order 1", f"{t_p:.1f}", "torch-interpol push", f"{t_ip:.1f}",
                      f"{t_ip / t_p:.2f}", ">= 10" if dim == 3 else "", ""))
+    # the backward of pull: fused (one pass) against the two separate ops
+    y = ops.grid_pull(img, grid, [1] * dim, rep, True)
+    t_pb = timeit(lambda: ops.grid_pull_backward(y, img, grid, [1] * dim, rep, True), repeat)
+    t_sep = timeit(lambda: (ops.grid_push(y, grid, shape, [1] * dim, rep, True),
+                            ops.grid_grad_dot(y, img, grid, [1] * dim, rep, True)), repeat)
+    rows.append((tag, "pull_backward order 1", f"{t_pb:.1f}", "push + grad_dot", f"{t_sep:.1f}",
+                 f"{t_sep / t_pb:.2f}", "", "fused vs separate"))
     # forward + backward (image and grid)
     x = img.clone().requires_grad_()
     g = grid.clone().requires_grad_()

@@ -1,14 +1,17 @@
 """Cases shared by the CUDA kernel tests (tests/test_cuda.py on a GPU, tests/test_cuda_emu.py
-with the host emulation of the kernels): random arguments for the six pushpull ops, the
-(dim, order, bound, extrapolate) sweep, and the comparison with the compiled CPU kernels.
+with the host emulation of the kernels): random arguments for the seven pushpull ops, the
+(dim, order, bound, extrapolate) sweep, the comparison with the compiled CPU kernels, and
+OpLog (which nitorch_jit ops a call runs).
 The contract is docs/pushpull-spec.md.
 """
 import itertools
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 F64 = torch.float64
-OPS = ["grid_pull", "grid_push", "grid_grad", "grid_pushgrad", "grid_grad_dot", "grid_hess_dot"]
+OPS = ["grid_pull", "grid_push", "grid_grad", "grid_pushgrad", "grid_grad_dot", "grid_hess_dot",
+       "grid_pull_backward"]
 BOUNDS = list(range(7))  # replicate, dct1, dct2, dst1, dst2, dft, zero
 # sizes chosen so that every fast path (orders 0, 1, 3) sees interior and border points
 SRC = [7, 6, 8]
@@ -45,6 +48,7 @@ def case_args(op, D, B=2, C=2, S=None, O=None, seed=0, margin=2.5):
         return [randn(B, C, *O, seed=seed + 1), grid, S]
     if op == "grid_pushgrad":
         return [randn(B, C, *O, D, seed=seed + 1), grid, S]
+    # the dots and grid_pull_backward (grad, input, grid)
     w = randn(B, C, *O, *([D] if op == "grid_hess_dot" else []), seed=seed + 2)
     return [w, randn(B, C, *S, seed=seed + 1), grid]
 
@@ -73,7 +77,16 @@ def sweep(D, full=True):
 
 
 def close(got, ref, tol):
-    """Max abs difference within tol * max(1, max |ref|); returns an error string or None."""
+    """Max abs difference within tol * max(1, max |ref|); returns an error string or None.
+    Tuples (grid_pull_backward) are compared element by element."""
+    if isinstance(ref, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(ref):
+            return f"expected {len(ref)} outputs"
+        for i, (a, b) in enumerate(zip(got, ref)):
+            msg = close(a, b, tol)
+            if msg:
+                return f"output {i}: {msg}"
+        return None
     got = got.detach().to("cpu", F64)
     ref = ref.detach().to("cpu", F64)
     if got.shape != ref.shape:
@@ -157,3 +170,17 @@ def non_finite_args(op):
     grid[1, 0, 1, 0, 2] = -float("inf")
     grid[1, 1, 1, 1, 0] = 1e30  # far out: clamped (extrapolate) or out of range
     return args
+
+
+class OpLog(TorchDispatchMode):
+    """Records the names of the nitorch_jit ops that run inside it, backward passes included."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.name()
+        if name.startswith("nitorch_jit::"):
+            self.names.append(name.split("::")[1].split(".")[0])
+        return func(*args, **(kwargs or {}))

@@ -1,6 +1,6 @@
 """The CUDA pushpull kernels on a GPU (docs/pushpull-spec.md).
 
-Against the compiled CPU kernels: every (dim, order, bound, extrapolate) for the six ops in
+Against the compiled CPU kernels: every (dim, order, bound, extrapolate) for the seven ops in
 float64 (1e-10) and float32 (1e-4), 64-bit offsets, float16 / bfloat16 data (half or float32
 grid) within tolerance, non-contiguous / broadcast / non-flat layouts, non-finite points,
 scatter contention, more batches than a launch's grid y-dimension. Plus gradcheck through the
@@ -123,6 +123,10 @@ def test_scatter_contention(CU, C, dtype, tol, order):
     want = C.grid_pushgrad(vg, grid, *args[2:])
     got = CU.grid_pushgrad(vg.cuda(), grid.cuda(), *args[2:])
     assert K.close(got, want, tol * 10) is None
+    x = torch.randn(B, 2, 6, 6, 6, generator=gen, dtype=F64).to(dtype)
+    want = C.grid_pull_backward(val, x, grid, *args[3:])
+    got = CU.grid_pull_backward(val.cuda(), x.cuda(), grid.cuda(), *args[3:])
+    assert K.close(got, want, tol * 10) is None
 
 
 @gpu
@@ -132,7 +136,8 @@ def test_more_batches_than_grid_y(CU, C):
     x = torch.randn(B, 1, 5, generator=gen, dtype=F64)
     g = 4 * torch.rand(B, 3, 1, generator=gen, dtype=F64)
     for op, args in [("grid_pull", [x, g]), ("grid_push", [x[..., :3].contiguous(), g, [5]]),
-                     ("grid_grad_dot", [x[..., :3].contiguous(), x, g])]:
+                     ("grid_grad_dot", [x[..., :3].contiguous(), x, g]),
+                     ("grid_pull_backward", [x[..., :3].contiguous(), x, g])]:
         want = getattr(C, op)(*args, [3], [2], True)
         got = getattr(CU, op)(*[a.cuda() if torch.is_tensor(a) else a for a in args],
                               [3], [2], True)
@@ -156,6 +161,23 @@ def test_gradcheck(CU, D, order, bound, ex):
     assert torch.autograd.gradcheck(lambda a, g: nj.grid_push(a, g, S, **kw), (y, grid), **opts)
     assert torch.autograd.gradcheck(lambda a, g: nj.grid_grad(a, g, **kw), (x, grid), **opts)
     assert torch.autograd.gradcheck(lambda g: nj.grid_count(g, S, **kw), (grid,), **opts)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_pull_backward_fused_through_autograd(CU, dtype):
+    """On CUDA too, a backward of grid_pull that needs both gradients runs the fused op, and
+    agrees with the separate ops (create_graph=True)."""
+    x = K.randn(2, 3, 7, 6, 8).to(dtype).cuda().requires_grad_()
+    g = K.rand_coords([4, 3, 5], [7, 6, 8], batch=2).to(dtype).cuda().requires_grad_()
+    gout = K.randn(2, 3, 4, 3, 5, seed=5).to(dtype).cuda()
+    kw = dict(interpolation=1, bound="dct2", extrapolate=True)
+    with K.OpLog() as log:
+        gi, gg = torch.autograd.grad(nj.grid_pull(x, g, **kw), (x, g), gout)
+    assert "grid_pull_backward" in log.names and "grid_push" not in log.names, log.names
+    ri, rg = torch.autograd.grad(nj.grid_pull(x, g, **kw), (x, g), gout, create_graph=True)
+    tol = 1e-10 if dtype == F64 else 1e-4
+    assert K.close(gi, ri, tol) is None and K.close(gg, rg, tol) is None
 
 
 def _dot(a, b):
@@ -192,7 +214,8 @@ def test_current_stream_and_graph_capture(CU):
     y = K.randn(2, 3, 4, 3, 5).cuda()
     opts = ([3, 3, 3], [2, 2, 2], False)
     want = [CU.grid_pull(x, g, *opts), CU.grid_push(y, g, [7, 6, 8], *opts),
-            CU.grid_grad_dot(y, x, g, *opts), CU.grid_pull(x, g, [2, 1, 4], [0, 6, 3], True)]
+            CU.grid_grad_dot(y, x, g, *opts), CU.grid_pull(x, g, [2, 1, 4], [0, 6, 3], True),
+            *CU.grid_pull_backward(y, x, g, *opts)]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm up on the side stream
@@ -201,7 +224,8 @@ def test_current_stream_and_graph_capture(CU):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         got = [CU.grid_pull(x, g, *opts), CU.grid_push(y, g, [7, 6, 8], *opts),
-               CU.grid_grad_dot(y, x, g, *opts), CU.grid_pull(x, g, [2, 1, 4], [0, 6, 3], True)]
+               CU.grid_grad_dot(y, x, g, *opts), CU.grid_pull(x, g, [2, 1, 4], [0, 6, 3], True),
+               *CU.grid_pull_backward(y, x, g, *opts)]
     graph.replay()
     torch.cuda.synchronize()
     for a, b in zip(got, want):

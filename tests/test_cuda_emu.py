@@ -112,6 +112,8 @@ def test_half_output_dtypes(EMU):
         y = EMU.grid_pull(xi, gi, [1, 1], [0, 0], True)
         assert EMU.grid_push(y, gi, [7, 6], [1, 1], [0, 0], True).dtype == dt
         assert EMU.grid_grad_dot(y, xi, gi, [1, 1], [0, 0], True).dtype == gdt
+        gin, gg = EMU.grid_pull_backward(y, xi, gi, [1, 1], [0, 0], True)
+        assert gin.dtype == dt and gg.dtype == gdt
 
 
 # ----------------------------------------------------------------------------- layouts
@@ -155,6 +157,11 @@ def test_empty(EMU, C):
     y = torch.ones(2, 2, 4, 3, dtype=F64)
     assert EMU.grid_push(y, g, [0, 6], [1, 1], [0, 0], True).shape == (2, 2, 0, 6)
     assert (EMU.grid_grad_dot(y, x[:, :, :0], g, [1, 1], [0, 0], True) == 0).all()
+    for a, b in zip(EMU.grid_pull_backward(y, x[:, :, :0], g, [1, 1], [0, 0], True),
+                    C.grid_pull_backward(y, x[:, :, :0], g, [1, 1], [0, 0], True)):
+        assert a.shape == b.shape and (a == 0).all()
+    gin, gg = EMU.grid_pull_backward(y[:, :, :0], x, g[:, :0], [1, 1], [0, 0], True)
+    assert gin.shape == x.shape and (gin == 0).all() and gg.shape == (2, 0, 3, 2)
 
 
 def test_bad_input_raises(EMU):
@@ -179,3 +186,9 @@ def test_bad_input_raises(EMU):
         EMU.grid_push(x, g, [7, 6], [1, 1], [0, 0], True)
     with pytest.raises(RuntimeError, match="channels"):
         EMU.grid_grad_dot(torch.ones(2, 3, 4, 3, dtype=F64), x, g, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="channels"):
+        EMU.grid_pull_backward(torch.ones(2, 3, 4, 3, dtype=F64), x, g, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="grad dtype"):
+        EMU.grid_pull_backward(torch.ones(2, 2, 4, 3), x.half(), g.float(), [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="spatial shape"):
+        EMU.grid_pull_backward(torch.ones(2, 2, 4, 2, dtype=F64), x, g, [1, 1], [0, 0], True)

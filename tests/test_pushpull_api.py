@@ -7,6 +7,8 @@ import torch
 import nitorch_jit as nj
 from nitorch_jit.ops.options import BOUND_NAMES
 
+from cuda_cases import OpLog
+
 torch.manual_seed(0)
 
 
@@ -170,3 +172,65 @@ def test_torch_compile_fullgraph_no_graph_break():
     gi, gg = torch.autograd.grad(out, (img, grid))
     ri, rg = torch.autograd.grad(ref, (img, grid))
     assert torch.allclose(gi, ri, rtol=1e-4, atol=1e-5) and torch.allclose(gg, rg, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- fused backward
+@pytest.mark.parametrize("dim,order,bound", [(1, 3, "dct2"), (2, 1, "zero"), (3, 1, "replicate"),
+                                             (3, [3, 1, 2], "dst1")])
+def test_pull_backward_is_fused(dim, order, bound):
+    """A plain backward of grid_pull that needs both gradients runs grid_pull_backward (one
+    pass), with the same gradients as the separate ops; create_graph=True (double backward)
+    and a single needed gradient keep the separate differentiable ops."""
+    shape = [6, 5, 7][:dim]
+    kw = dict(interpolation=order, bound=bound, extrapolate=True)
+    img = torch.randn([2, 3, *shape], dtype=torch.float64, requires_grad=True)
+    grid = rand_grid(shape, n=4).unsqueeze(0).requires_grad_()
+    gout = torch.randn([2, 3, *grid.shape[1:-1]], dtype=torch.float64)
+    with OpLog() as log:
+        gi, gg = torch.autograd.grad(nj.grid_pull(img, grid, **kw), (img, grid), gout)
+    assert "grid_pull_backward" in log.names, log.names
+    assert "grid_push" not in log.names and "grid_grad_dot" not in log.names, log.names
+    # the separate ops, through the same public call
+    with OpLog() as log:
+        ri, rg = torch.autograd.grad(nj.grid_pull(img, grid, **kw), (img, grid), gout,
+                                     create_graph=True)
+    assert "grid_pull_backward" not in log.names
+    assert "grid_push" in log.names and "grid_grad_dot" in log.names, log.names
+    torch.testing.assert_close(gi, ri.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gg, rg.detach(), rtol=1e-12, atol=1e-12)
+    # only one gradient needed: its own op
+    with OpLog() as log:
+        (gi1,) = torch.autograd.grad(nj.grid_pull(img, grid.detach(), **kw), (img,), gout)
+    assert log.names == ["grid_pull", "grid_push"], log.names
+    torch.testing.assert_close(gi1, gi, rtol=1e-12, atol=1e-12)
+
+
+def test_pull_backward_fused_float32_and_broadcast():
+    """float32, a grid broadcast over the image batch, and .backward() into leaves."""
+    img = torch.randn(3, 2, 8, 9, 7, requires_grad=True)
+    grid = (nj.identity_grid([8, 9, 7])[None] + torch.rand(1, 8, 9, 7, 3) * 3 - 1.5).requires_grad_()
+    out = nj.grid_pull(img, grid, interpolation=1, bound="dct2", extrapolate=True)
+    with OpLog() as log:
+        out.square().sum().backward()
+    assert "grid_pull_backward" in log.names
+    x, g = img.detach().double().requires_grad_(), grid.detach().double().requires_grad_()
+    ref = nj.grid_pull(x, g, interpolation=1, bound="dct2", extrapolate=True)
+    ri, rg = torch.autograd.grad(ref.square().sum(), (x, g), create_graph=True)
+    torch.testing.assert_close(img.grad.double(), ri.detach(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(grid.grad.double(), rg.detach(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("dim,order,bound", [(1, 3, "dct2"), (2, 3, "dct1"), (2, 1, "zero"),
+                                             (3, [2, 1, 3], "dft")])
+def test_gradgradcheck_pull_and_push(dim, order, bound):
+    """Double backward (create_graph=True: the separate differentiable ops, grid_grad_dot's
+    own backward included) through grid_pull and grid_push, image and grid."""
+    shape = [5, 4, 3][:dim]
+    img = torch.randn([1, 2, *shape], dtype=torch.float64, requires_grad=True)
+    grid = rand_grid(shape, n=2).unsqueeze(0).requires_grad_()
+    vals = torch.randn([1, 2, *grid.shape[1:-1]], dtype=torch.float64, requires_grad=True)
+    kw = dict(interpolation=order, bound=bound, extrapolate=True)
+    gc = dict(eps=1e-6, atol=1e-5, rtol=1e-4)
+    assert torch.autograd.gradgradcheck(lambda x, g: nj.grid_pull(x, g, **kw), (img, grid), **gc)
+    assert torch.autograd.gradgradcheck(lambda x, g: nj.grid_push(x, g, shape, **kw),
+                                        (vals, grid), **gc)

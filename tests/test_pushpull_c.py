@@ -585,3 +585,147 @@ def test_bad_input_raises(C):
         with pytest.raises(RuntimeError, match=word.replace("[", r"\[").replace("(", r"\(")
                            .replace(")", r"\)")):
             fn()
+
+
+# --------------------------------------------------------------------------- fused pull backward
+
+def _separate_backward(C, w, x, g, order, bound, ex):
+    return (C.grid_push(w, g, list(x.shape[2:]), order, bound, ex),
+            C.grid_grad_dot(w, x, g, order, bound, ex))
+
+
+def pullback_cases():
+    """Every dim, iso order 0-7, bound and extrapolate, plus mixed orders and bounds."""
+    cases = [(D, [o] * D, [b] * D, ex) for D in (1, 2, 3) for o in range(8) for b in range(7)
+             for ex in (False, True)]
+    return cases + [(D, o, b, ex) for D, o, b, ex in twin_cases(False) if len(set(o)) > 1]
+
+
+@pytest.mark.parametrize("D", [1, 2, 3])
+def test_pull_backward_vs_separate_ops(C, D):
+    """grid_pull_backward == (grid_push, grid_grad_dot) on the whole sweep: float64 to 1e-10,
+    float32 to 1e-5 (relative to the largest value)."""
+    for i, (DD, order, bound, ex) in enumerate(pullback_cases()):
+        if DD != D:
+            continue
+        w, x, g = case_args("grid_grad_dot", D, seed=i)
+        gi, gg = C.grid_pull_backward(w, x, g, order, bound, ex)
+        ri, rg = _separate_backward(C, w, x, g, order, bound, ex)
+        assert gi.shape == ri.shape and gg.shape == rg.shape
+        assert gi.is_contiguous() and gg.is_contiguous()
+        close(gi, ri)
+        close(gg, rg)
+        f32 = [a.float() for a in (w, x, g)]
+        gi32, gg32 = C.grid_pull_backward(*f32, order, bound, ex)
+        ri32, rg32 = _separate_backward(C, *f32, order, bound, ex)
+        assert gi32.dtype == gg32.dtype == torch.float32
+        close(gi32, ri32, 1e-5)
+        close(gg32, rg32, 1e-5)
+
+
+@pytest.mark.parametrize("order", [0, 1, 2, 3, 5])
+@pytest.mark.parametrize("D", [2, 3])
+@pytest.mark.parametrize("Cn", [1, 3])
+def test_pull_backward_fast_paths_larger(C, TORCH, order, D, Cn):
+    """Sizes large enough for the parallel split and interior (unrolled) points, C vs TORCH;
+    float32 against float64."""
+    S, O = [9, 8, 10][-D:], [12, 10, 14][-D:]
+    w, x, g = case_args("grid_grad_dot", D, B=2, Cn=Cn, S=S, O=O, margin=1.5, seed=3)
+    bound = [2, 5, 3][-D:]
+    a = C.grid_pull_backward(w, x, g, [order] * D, bound, True)
+    b = TORCH.grid_pull_backward(w, x, g, [order] * D, bound, True)
+    for u, v in zip(a, b):
+        close(u, v)
+    a32 = C.grid_pull_backward(w.float(), x.float(), g.float(), [order] * D, bound, True)
+    for u, v in zip(a32, b):
+        torch.testing.assert_close(u.double(), v, rtol=1e-4, atol=1e-4 * max(1, v.abs().max()))
+
+
+@pytest.mark.parametrize("D,order,bound,ex", twin_cases(full=False))
+def test_pull_backward_vs_torch(C, TORCH, D, order, bound, ex):
+    args = case_args("grid_grad_dot", D, seed=1)
+    a = C.grid_pull_backward(*args, order, bound, ex)
+    b = TORCH.grid_pull_backward(*args, order, bound, ex)
+    assert isinstance(b, tuple) and len(b) == 2
+    for u, v in zip(a, b):
+        assert u.shape == v.shape and u.dtype == v.dtype
+        close(u, v)
+
+
+@pytest.mark.parametrize("order", [[1, 1, 1], [3, 3, 3], [2, 1, 0]])
+def test_pull_backward_threads_and_atomics(C, order, monkeypatch):
+    """Thread count (private per-thread buffers) and the atomic path give the same result."""
+    S, O = [20, 18, 22], [24, 20, 26]
+    g = rand_coords(O, S, margin=1.0, seed=11)
+    w = randn(1, 2, *O, seed=12)
+    x = randn(1, 2, *S, seed=13)
+    run = lambda: C.grid_pull_backward(w, x, g, order, [2, 6, 3], True)  # noqa: E731
+    one = _with_threads(1, run)
+    ref = _separate_backward(C, w, x, g, order, [2, 6, 3], True)
+    for u, v in zip(one, ref):
+        close(u, v, 1e-12)
+    for u, v in zip(_with_threads(2, run), one):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
+    monkeypatch.setenv("NI_JIT_PUSH_BUFFER_MB", "0")
+    for u, v in zip(_with_threads(2, run), one):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("order", [[1, 1, 1], [3, 3, 3], [2, 0, 5]])
+def test_pull_backward_strides(C, order):
+    """Non-contiguous grad / input / grid (the input's spatial dims reordered in memory, which
+    the kernel copies), and batch or channel stride 0, against contiguous copies."""
+    w, x, g = case_args("grid_grad_dot", 3, B=2, Cn=3, seed=15)
+    bound = [2, 6, 3]
+    ref = C.grid_pull_backward(w, x, g, order, bound, True)
+    xt = x.transpose(-1, -3).contiguous().transpose(-1, -3)
+    wt = w.transpose(-1, -2).contiguous().transpose(-1, -2)
+    gt = g.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not (xt.is_contiguous() or wt.is_contiguous() or gt.is_contiguous())
+    for u, v in zip(C.grid_pull_backward(wt, xt, gt, order, bound, True), ref):
+        close(u, v, 1e-13)
+    for xx in (x[:1].expand_as(x), x[:, :1].expand_as(x), xt[:1].expand_as(x)):
+        ww = w[:, :1].expand_as(w)
+        got = C.grid_pull_backward(ww, xx, g, order, bound, True)
+        want = C.grid_pull_backward(ww.contiguous(), xx.contiguous(), g, order, bound, True)
+        for u, v in zip(got, want):
+            close(u, v, 1e-13)
+
+
+def test_pull_backward_non_finite_and_empty(C):
+    w, x, g = case_args("grid_grad_dot", 2, seed=17)
+    g = g.clone()
+    g[0, 0, 0, 0] = float("nan")
+    g[0, 1, 1, 1] = float("inf")
+    g[1, 0, 2, 1] = 1e30
+    for ex in (False, True):
+        for order in ([1, 1], [3, 3], [2, 5]):
+            gi, gg = C.grid_pull_backward(w, x, g, order, [2, 5], ex)
+            ri, rg = _separate_backward(C, w, x, g, order, [2, 5], ex)
+            assert torch.isfinite(gi).all() and torch.isfinite(gg).all()
+            close(gi, ri)
+            close(gg, rg)
+            assert (gg[0, 0, 0] == 0).all() and (gg[0, 1, 1] == 0).all()
+    # empty: no channel, an empty source, no point
+    gi, gg = C.grid_pull_backward(w[:, :0], x[:, :0], g, [1, 1], [0, 0], True)
+    assert gi.shape == (2, 0, 5, 4) and gg.shape == g.shape and (gg == 0).all()
+    gi, gg = C.grid_pull_backward(w, x[:, :, :0], g, [1, 1], [0, 0], True)
+    assert gi.shape == (2, 2, 0, 4) and (gg == 0).all()
+    gi, gg = C.grid_pull_backward(w[:, :, :0], x, g[:, :0], [1, 1], [0, 0], True)
+    assert gg.shape == (2, 0, 4, 2) and (gi == 0).all()
+
+
+def test_pull_backward_bad_input_raises(C):
+    w, x, g = case_args("grid_grad_dot", 2, seed=18)
+    o, b = [1, 1], [0, 0]
+    bad = [
+        (lambda: C.grid_pull_backward(w[:, :1], x, g, o, b, True), "channels"),
+        (lambda: C.grid_pull_backward(w[..., :2], x, g, o, b, True), "spatial shape"),
+        (lambda: C.grid_pull_backward(w.float(), x, g, o, b, True), "dtype"),
+        (lambda: C.grid_pull_backward(w, x[:1], g, o, b, True), "batch"),
+        (lambda: C.grid_pull_backward(w, x, g, [1, 9], b, True), "order"),
+        (lambda: C.grid_pull_backward(w, x[0], g, o, b, True), "input"),
+    ]
+    for fn, word in bad:
+        with pytest.raises(RuntimeError, match=word):
+            fn()

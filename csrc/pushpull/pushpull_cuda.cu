@@ -38,4 +38,5 @@ TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
   m.impl("grid_pushgrad", &CudaOps::grid_pushgrad);
   m.impl("grid_grad_dot", &CudaOps::grid_grad_dot);
   m.impl("grid_hess_dot", &CudaOps::grid_hess_dot);
+  m.impl("grid_pull_backward", &CudaOps::grid_pull_backward);
 }

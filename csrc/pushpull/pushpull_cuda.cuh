@@ -1,6 +1,7 @@
 // CUDA pushpull kernels: what the host side (pushpull_cuda.cu) passes to the kernel files
-// (pull_cuda.cu, grad_cuda.cu, push_cuda.cu, pushgrad_cuda.cu, dot_cuda.cu). Kept free of
-// torch headers so the kernel files compile quickly and in parallel.
+// (pull_cuda.cu, grad_cuda.cu, push_cuda.cu, pushgrad_cuda.cu, graddot_cuda.cu, hessdot_cuda.cu,
+// pullback_cuda.cu). Kept free of torch headers so the kernel files compile quickly and in
+// parallel.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,7 +12,16 @@ namespace nitorch_jit {
 namespace pushpull {
 namespace cuda {
 
-enum OpKind : int { kPull = 0, kGrad = 1, kPush = 2, kPushGrad = 3, kGradDot = 4, kHessDot = 5 };
+// kPullBack: grid_pull_backward, push into `out` and grad_dot into `out2` in one pass
+enum OpKind : int {
+  kPull = 0,
+  kGrad = 1,
+  kPush = 2,
+  kPushGrad = 3,
+  kGradDot = 4,
+  kHessDot = 5,
+  kPullBack = 6
+};
 enum Dtype : int { kHalf = 0, kBFloat16 = 1, kFloat = 2, kDouble = 3 };
 
 // Everything a kernel needs, sizes and strides in elements. Spatial dims are padded in front to
@@ -40,8 +50,10 @@ struct Params {
   bool flat = false;
   int64_t gP = 0, pP = 0;
   // contiguous output: pull [B, C, P], grad [B, C, P, D], scatters [B, C, *src] in the
-  // accumulation type (float for half data), dots [B, P, D] in the grid's dtype
+  // accumulation type (float for half data), dots [B, P, D] in the grid's dtype; pullback:
+  // out as a scatter (grad_input), out2 as a dot (grad_grid)
   void* out = nullptr;
+  void* out2 = nullptr;
 };
 
 // Launch one op on `stream` with 32-bit (i32) or 64-bit offsets; returns the launch status.

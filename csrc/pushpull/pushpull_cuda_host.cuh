@@ -17,11 +17,13 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "nitorch_jit/bounds.h"
 #include "nitorch_jit/spline.h"
 #include "pushpull_cuda.cuh"
+#include "pushpull_tensor.h"
 
 namespace nitorch_jit {
 namespace pushpull {
@@ -321,7 +323,42 @@ at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at:
   return out;
 }
 
-// The six ops for one Policy: on_device(t), kDevice (for messages), Guard (device guard),
+// Both gradients of pull in one pass: (push of grad into input's shape, grad_dot(grad, input)).
+template <class Policy>
+std::tuple<at::Tensor, at::Tensor> pullback_impl(const at::Tensor& grad, const at::Tensor& input,
+                                                 const at::Tensor& grid, at::IntArrayRef order,
+                                                 at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_grid<Policy>(grid);
+  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
+  check_tensor(grad, "grad", grid, D, false, "[B, C, *O]");
+  check_point_shape(grad, "grad", grid, D);
+  TORCH_CHECK(grad.size(1) == input.size(1), "grad channels (", num(grad.size(1)),
+              ") must equal input channels (", num(input.size(1)), ")");
+  TORCH_CHECK(grad.scalar_type() == input.scalar_type(), "grad dtype (", dt(grad.scalar_type()),
+              ") must equal input dtype (", dt(input.scalar_type()), ")");
+  check_options(order, bound, D);
+  const typename Policy::Guard guard(grid.device());
+  // half data: atomics add into a float32 buffer, cast at the end
+  const bool half = is_half(input.scalar_type());
+  at::Tensor buf =
+      at::zeros(input.sizes(), input.options().dtype(half ? at::kFloat : input.scalar_type()));
+  at::Tensor ggrid = at::empty(grid.sizes(), grid.options());
+  if (ggrid.numel() > 0 && buf.numel() == 0) ggrid.zero_();  // no channel or an empty source
+  if (ggrid.numel() > 0 && buf.numel() > 0) {
+    // the taps' offsets address both the input and the contiguous buffer
+    const at::Tensor src = spatially_contiguous(input, D);
+    Params p = make_params(grid, src, D, order, bound, extrapolate);
+    set_gather_source(p, src);
+    set_point_tensor(p, grad, false);
+    p.out = buf.data_ptr();
+    p.out2 = ggrid.data_ptr();
+    const bool i32 = fits32(src) && fits32(grad) && fits32(grid) && fits32(buf) && fits32(ggrid);
+    run<Policy, kPullBack>(p, input, i32);
+  }
+  return {half ? buf.to(input.scalar_type()) : buf, ggrid};
+}
+
+// The ops for one Policy: on_device(t), kDevice (for messages), Guard (device guard),
 // run_kernel<OP>(params, dtype, i32) (launches the kernel, throws on error).
 template <class Policy>
 struct Ops {
@@ -357,6 +394,12 @@ struct Ops {
                                   const at::Tensor& grid, at::IntArrayRef order,
                                   at::IntArrayRef bound, bool extrapolate) {
     return dot_impl<Policy, true>(weight, input, grid, order, bound, extrapolate);
+  }
+
+  static std::tuple<at::Tensor, at::Tensor> grid_pull_backward(
+      const at::Tensor& grad, const at::Tensor& input, const at::Tensor& grid,
+      at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+    return pullback_impl<Policy>(grad, input, grid, order, bound, extrapolate);
   }
 };
 

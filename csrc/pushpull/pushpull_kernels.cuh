@@ -101,6 +101,7 @@ struct Geo {
   const void* grid;
   const void* pin;
   void* out;
+  void* out2;
 };
 
 template <typename I>
@@ -136,6 +137,7 @@ inline Geo<I> make_geo(const Params& p) {
   G.grid = p.grid;
   G.pin = p.pin;
   G.out = p.out;
+  G.out2 = p.out2;
   return G;
 }
 
@@ -150,17 +152,29 @@ __device__ __forceinline__ typename AccOf<S>::type load_coord(const Geo<I>& G, I
   }
 }
 
-// store into a grid-typed output (the dots): S, or float32 for half data with a float32 grid
+// store into a grid-typed output (the dots' out, pullback's out2): S, or float32 for half data
+// with a float32 grid
 template <typename S, typename I>
-__device__ __forceinline__ void store_grid_typed(const Geo<I>& G, I idx,
+__device__ __forceinline__ void store_grid_typed(const Geo<I>& G, void* dst, I idx,
                                                  typename AccOf<S>::type v) {
   if constexpr (kIsHalf<S>) {
     if (G.grid_f32) {
-      static_cast<float*>(G.out)[idx] = v;
+      static_cast<float*>(dst)[idx] = v;
       return;
     }
   }
-  static_cast<S*>(G.out)[idx] = from_acc<S>(v);
+  static_cast<S*>(dst)[idx] = from_acc<S>(v);
+}
+
+// the D components (internal dims first..2) of point p of batch b of a grid-typed [B, P, D]
+template <typename S, typename I, typename A>
+__device__ __forceinline__ void store_point_vector(const Geo<I>& G, void* dst, I b, I p, A a0,
+                                                   A a1, A a2) {
+  const int f = G.first;
+  const I o = (b * G.P + p) * (3 - f);
+  if (f <= 0) store_grid_typed<S>(G, dst, o - f, a0);
+  if (f <= 1) store_grid_typed<S>(G, dst, o + 1 - f, a1);
+  store_grid_typed<S>(G, dst, o + 2 - f, a2);
 }
 
 // --------------------------------------------------------------------------------------------
@@ -405,20 +419,28 @@ __device__ __forceinline__ void c_hess(const T0& t0, const T1& t1, const T2& t2,
   h[5] = h12;
 }
 
-// out[j_t] += W_t s_t val
-template <int N0, int N1, int N2, typename A, class T0, class T1, class T2>
-__device__ __forceinline__ void c_push(const T0& t0, const T1& t1, const T2& t2, A* out, A val) {
+// out[j_t] += W_t s_t val. The write lists w0, w1, w2 give the offsets into out (usually the tap
+// lists themselves).
+template <int N0, int N1, int N2, typename A, class T0, class T1, class T2, class W0, class W1,
+          class W2>
+__device__ __forceinline__ void c_push_to(const T0& t0, const T1& t1, const T2& t2, const W0& w0,
+                                          const W1& w1, const W2& w2, A* out, A val) {
   for_taps<N0>(t0.n, [&](int a) {
     const A v0 = t0.w[a] * val;
     for_taps<N1>(t1.n, [&](int b) {
-      A* p = out + (t0.off[a] + t1.off[b]);
+      A* p = out + (w0.off[a] + w1.off[b]);
       const bool vab = t0.ok(a) && t1.ok(b);
       const A v1 = t1.w[b] * v0;
       for_taps<N2>(t2.n, [&](int c) {
-        if (vab && t2.ok(c)) atomicAdd(p + t2.off[c], t2.w[c] * v1);
+        if (vab && t2.ok(c)) atomicAdd(p + w2.off[c], t2.w[c] * v1);
       });
     });
   });
+}
+
+template <int N0, int N1, int N2, typename A, class T0, class T1, class T2>
+__device__ __forceinline__ void c_push(const T0& t0, const T1& t1, const T2& t2, A* out, A val) {
+  c_push_to<N0, N1, N2>(t0, t1, t2, t0, t1, t2, out, val);
 }
 
 // out[j_t] += sum_k G_{t,k} s_t g[k]
@@ -440,8 +462,41 @@ __device__ __forceinline__ void c_pushgrad(const T0& t0, const T1& t1, const T2&
   });
 }
 
+// pullback (one channel): g = grad(in) as c_grad, and out[j_t] += W_t s_t val as c_push_to (write
+// lists w0, w1, w2), in one walk over the taps.
+template <int N0, int N1, int N2, typename A, typename S, class T0, class T1, class T2, class W0,
+          class W1, class W2>
+__device__ __forceinline__ void c_pullback(const T0& t0, const T1& t1, const T2& t2, const W0& w0,
+                                           const W1& w1, const W2& w2, const S* in, A* out, A val,
+                                           A& g0, A& g1, A& g2) {
+  for_taps<N0>(t0.n, [&](int a) {
+    A m, m1, m2;
+    const A v0 = t0.w[a] * val;
+    for_taps<N1>(t1.n, [&](int b) {
+      const S* p = in + (t0.off[a] + t1.off[b]);
+      A* q = out + (w0.off[a] + w1.off[b]);
+      const bool vab = t0.ok(a) && t1.ok(b);
+      const A v1 = t1.w[b] * v0;
+      A i, i2;
+      for_taps<N2>(t2.n, [&](int c) {
+        const bool ok = vab && t2.ok(c);
+        const A v = ok ? ld(p + t2.off[c]) : A(0);
+        accum(c == 0, i, t2.w[c] * v);
+        accum(c == 0, i2, t2.dw[c] * v);
+        if (ok) atomicAdd(q + w2.off[c], t2.w[c] * v1);
+      });
+      accum(b == 0, m, t1.w[b] * i);
+      accum(b == 0, m1, t1.dw[b] * i);
+      accum(b == 0, m2, t1.w[b] * i2);
+    });
+    accum(a == 0, g0, t0.dw[a] * m);
+    accum(a == 0, g1, t0.w[a] * m1);
+    accum(a == 0, g2, t0.w[a] * m2);
+  });
+}
+
 // --------------------------------------------------------------------------------------------
-// The six ops. apply<N0, N1, N2>(G, b, p, poff, t0, t1, t2): point p of batch b, whose
+// The ops. apply<N0, N1, N2>(G, b, p, poff, t0, t1, t2): point p of batch b, whose
 // per-point tensor (pin) lies at offset poff (batch included); empty(G, b, p): a point that
 // contributes nothing.
 
@@ -565,11 +620,7 @@ struct GradDotOp {
     store(G, b, p, acc0, acc1, acc2);
   }
   static __device__ __forceinline__ void store(const Geo<I>& G, I b, I p, A a0, A a1, A a2) {
-    const int f = G.first;
-    const I o = (b * G.P + p) * (3 - f);
-    if (f <= 0) store_grid_typed<S>(G, o - f, a0);
-    if (f <= 1) store_grid_typed<S>(G, o + 1 - f, a1);
-    store_grid_typed<S>(G, o + 2 - f, a2);
+    store_point_vector<S>(G, G.out, b, p, a0, a1, a2);
   }
   static __device__ __forceinline__ void empty(const Geo<I>& G, I b, I p) {
     store(G, b, p, A(0), A(0), A(0));
@@ -608,20 +659,45 @@ struct HessDotOp {
   }
 };
 
-// --------------------------------------------------------------------------------------------
-// One point: coordinates, range rules, tap lists, then the op.
-template <class Op, int O, int DIM>
-__device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename Op::I b,
-                                          typename Op::I p, typename Op::I goff,
-                                          typename Op::I poff) {
-  using S = typename Op::S;
-  using A = typename Op::A;
-  using I = typename Op::I;
-  constexpr int DER = Op::DER;
-  constexpr bool kGeneric = O < 0;
-  const int first = kGeneric ? G.first : 3 - DIM;
+// grid_pull_backward: src_ptr the pulled input (spatial strides those of out), pin the incoming
+// gradient; out += push (accumulation type, [B, C, N]), out2 = grad_dot (grid-typed [B, P, D]).
+template <typename S_, typename I_>
+struct PullBackOp {
+  using S = S_;
+  using I = I_;
+  using A = typename AccOf<S>::type;
+  static constexpr int DER = 1;
+  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
+                                               const T1& t1, const T2& t2) {
+    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
+    const S* gr = static_cast<const S*>(G.pin) + poff;
+    A* out = static_cast<A*>(G.out) + b * G.C * G.N;
+    A acc0 = A(0), acc1 = A(0), acc2 = A(0);
+    for (I c = 0; c < G.C; ++c) {
+      const A v = ld(gr + c * G.pC);
+      // adds nothing to grad_input, and v * (finite gradient) adds nothing to grad_grid
+      if (v == A(0)) continue;
+      A g0, g1, g2;
+      // the input and out share the tap offsets (same spatial strides)
+      c_pullback<N0, N1, N2>(t0, t1, t2, t0, t1, t2, in + c * G.sC, out + c * G.N, v, g0, g1,
+                             g2);
+      acc0 += v * g0;
+      acc1 += v * g1;
+      acc2 += v * g2;
+    }
+    store_point_vector<S>(G, G.out2, b, p, acc0, acc1, acc2);
+  }
+  static __device__ __forceinline__ void empty(const Geo<I>& G, I b, I p) {
+    store_point_vector<S>(G, G.out2, b, p, A(0), A(0), A(0));
+  }
+};
 
-  A x[3];
+// --------------------------------------------------------------------------------------------
+// The coordinates x of the point at grid offset goff (internal dims first..2; 0 elsewhere) with
+// the range rules applied; false: the point contributes nothing.
+template <typename S, typename A, typename I>
+__device__ __forceinline__ bool load_point(const Geo<I>& G, I goff, int first, A* x) {
   bool ok = true;
 #pragma unroll
   for (int k = 0; k < 3; ++k) {
@@ -640,7 +716,23 @@ __device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename
       x[k] = v;
     }
   }
-  if (!ok) {
+  return ok;
+}
+
+// One point: coordinates, range rules, tap lists, then the op.
+template <class Op, int O, int DIM>
+__device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename Op::I b,
+                                          typename Op::I p, typename Op::I goff,
+                                          typename Op::I poff) {
+  using S = typename Op::S;
+  using A = typename Op::A;
+  using I = typename Op::I;
+  constexpr int DER = Op::DER;
+  constexpr bool kGeneric = O < 0;
+  const int first = kGeneric ? G.first : 3 - DIM;
+
+  A x[3];
+  if (!load_point<S>(G, goff, first, x)) {
     Op::empty(G, b, p);
     return;
   }
@@ -682,6 +774,14 @@ __device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename
   }
 }
 
+// grid and per-point tensor offsets of the point (i0, i1, i2) in batch 0
+template <typename I>
+__device__ __forceinline__ void point_offsets(const Geo<I>& G, I i0, I i1, I i2, I& goff,
+                                              I& poff) {
+  goff = i0 * G.g[0] + i1 * G.g[1] + i2 * G.g[2];
+  poff = i0 * G.ps[0] + i1 * G.ps[1] + i2 * G.ps[2];
+}
+
 // x: points of a batch (one thread each); y: batches (strided loop past 65535). G stays in
 // parameter space (__grid_constant__: no per-thread copy even where its address is taken).
 template <class Op, int O, int DIM>
@@ -699,8 +799,7 @@ __device__ __forceinline__ void kernel_body(const Geo<typename Op::I>& G) {
     const I r = p / G.pts[2];
     const I i1 = r % G.pts[1];
     const I i0 = r / G.pts[1];
-    goff = i0 * G.g[0] + i1 * G.g[1] + i2 * G.g[2];
-    poff = i0 * G.ps[0] + i1 * G.ps[1] + i2 * G.ps[2];
+    point_offsets(G, i0, i1, i2, goff, poff);
   }
   for (I b = static_cast<I>(blockIdx.y); b < G.B; b += static_cast<I>(gridDim.y))
     run_point<Op, O, DIM>(G, b, p, goff + b * G.gB, poff + b * G.pB);

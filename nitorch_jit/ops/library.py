@@ -19,6 +19,9 @@ MODULES = {
         "grid_pushgrad": "(Tensor input, Tensor grid, int[] shape, int[] order, int[] bound, bool extrapolate) -> Tensor",
         "grid_grad_dot": "(Tensor weight, Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
         "grid_hess_dot": "(Tensor weight, Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> Tensor",
+        # both gradients of grid_pull in one pass: (grid_push(grad, grid, input spatial shape),
+        # grid_grad_dot(grad, input, grid))
+        "grid_pull_backward": "(Tensor grad, Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> (Tensor, Tensor)",
     },
     # interpolating B-spline coefficients (the spline prefilter), filtered along each dim of
     # `dim` with order[i] / bound[i]; adjoint=True applies the transposed filter.

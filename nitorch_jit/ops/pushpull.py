@@ -43,9 +43,15 @@ def _fake_dot(weight, input, grid, order, bound, extrapolate):
     return grid.new_empty(grid.shape)
 
 
+def _fake_pull_backward(grad, input, grid, order, bound, extrapolate):
+    backend.ensure(_MODULE, input.device)
+    return input.new_empty(input.shape), grid.new_empty(grid.shape)
+
+
 for _name, _fn in [("grid_pull", _fake_pull), ("grid_push", _fake_push),
                    ("grid_grad", _fake_grad), ("grid_pushgrad", _fake_push),
-                   ("grid_grad_dot", _fake_dot), ("grid_hess_dot", _fake_dot)]:
+                   ("grid_grad_dot", _fake_dot), ("grid_hess_dot", _fake_dot),
+                   ("grid_pull_backward", _fake_pull_backward)]:
     torch.library.register_fake(f"nitorch_jit::{_name}", _fn)
 
 
@@ -61,6 +67,10 @@ def _setup(ctx, inputs, output):
 def _pull_backward(ctx, grad):
     input, grid = ctx.saved_tensors
     gi = gg = None
+    if ctx.needs_input_grad[0] and ctx.needs_input_grad[1] and not torch.is_grad_enabled():
+        # both gradients in one pass over the points (grid_pull_backward has no autograd of
+        # its own: with create_graph=True the differentiable pair below is used instead)
+        return (*_ops.grid_pull_backward(grad, input, grid, *ctx.opts), None, None, None)
     if ctx.needs_input_grad[0]:
         gi = _ops.grid_push(grad, grid, list(input.shape[2:]), *ctx.opts)
     if ctx.needs_input_grad[1]:
@@ -98,9 +108,32 @@ def _pushgrad_backward(ctx, grad):
     return gi, gg, None, None, None, None
 
 
+def _setup_dot(ctx, inputs, output):
+    ctx.opts = inputs[-3:]
+    ctx.save_for_backward(*inputs[:3])  # weight, input, grid
+
+
+def _grad_dot_backward(ctx, grad):
+    # out[b,o,d] = sum_c w[b,c,o] grad(x)[b,c,o,d]: the weight gets grad(x) . grad, the image
+    # and the grid get pushgrad / hess_dot of w * grad (double backward of grid_pull)
+    weight, input, grid = ctx.saved_tensors
+    gw = gi = gg = None
+    if ctx.needs_input_grad[0]:
+        gw = (_ops.grid_grad(input, grid, *ctx.opts) * grad.unsqueeze(1)).sum(-1)
+    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        wg = (weight.unsqueeze(-1) * grad.unsqueeze(1)).to(input.dtype)
+        if ctx.needs_input_grad[1]:
+            gi = _ops.grid_pushgrad(wg, grid, list(input.shape[2:]), *ctx.opts)
+        if ctx.needs_input_grad[2]:
+            gg = _ops.grid_hess_dot(wg, input, grid, *ctx.opts)
+    return gw, gi, gg, None, None, None
+
+
 for _name, _fn in [("grid_pull", _pull_backward), ("grid_push", _push_backward),
                    ("grid_grad", _grad_backward), ("grid_pushgrad", _pushgrad_backward)]:
     torch.library.register_autograd(f"nitorch_jit::{_name}", _fn, setup_context=_setup)
+torch.library.register_autograd("nitorch_jit::grid_grad_dot", _grad_dot_backward,
+                                setup_context=_setup_dot)
 
 
 # ----------------------------------------------------------------------------- arguments

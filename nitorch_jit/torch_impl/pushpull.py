@@ -295,6 +295,13 @@ def grid_hess_dot(weight, input, grid, order, bound, extrapolate):
     return out.masked_fill_(~mask.reshape(B, *O, 1), 0)
 
 
+def grid_pull_backward(grad, input, grid, order, bound, extrapolate):
+    """Both gradients of grid_pull: (grid_push(grad) into input's shape, grid_grad_dot(grad, input))."""
+    shape = list(input.shape[2:])
+    return (grid_push(grad, grid, shape, order, bound, extrapolate),
+            grid_grad_dot(grad, input, grid, order, bound, extrapolate))
+
+
 KERNELS = {
     "grid_pull": grid_pull,
     "grid_push": grid_push,
@@ -302,4 +309,5 @@ KERNELS = {
     "grid_pushgrad": grid_pushgrad,
     "grid_grad_dot": grid_grad_dot,
     "grid_hess_dot": grid_hess_dot,
+    "grid_pull_backward": grid_pull_backward,
 }

@@ -51,6 +51,7 @@ void nj_emulate_launch(dim3 grid, dim3 block, F&& kernel) {
 #include "grad_cuda.cu"
 #include "graddot_cuda.cu"
 #include "hessdot_cuda.cu"
+#include "pullback_cuda.cu"
 #include "pull_cuda.cu"
 #include "push_cuda.cu"
 #include "pushgrad_cuda.cu"
@@ -92,4 +93,5 @@ TORCH_LIBRARY_IMPL(nj_emu, CPU, m) {
   m.impl("grid_pushgrad", &EmuOps::grid_pushgrad);
   m.impl("grid_grad_dot", &EmuOps::grid_grad_dot);
   m.impl("grid_hess_dot", &EmuOps::grid_hess_dot);
+  m.impl("grid_pull_backward", &EmuOps::grid_pull_backward);
 }
