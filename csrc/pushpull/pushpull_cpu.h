@@ -1,7 +1,7 @@
 // CPU machinery of the pushpull kernels: argument checks, geometry, the parallel loop over
 // output points, fast-path selection and the race-free scatter strategy.
-// Included by pull_cpu.cpp (pull, grad), push_cpu.cpp (push, pushgrad) and dot_cpu.cpp
-// (grad_dot, hess_dot); each registers its ops with its own TORCH_LIBRARY_IMPL block.
+// Included by pull_cpu.cpp (pull, grad), push_cpu.cpp (push, pushgrad, pull_backward) and
+// dot_cpu.cpp (grad_dot, hess_dot); each registers its ops with its own TORCH_LIBRARY_IMPL block.
 #pragma once
 
 // Only the headers needed (ATen/ATen.h alone costs ~3 s more per translation unit).

@@ -285,45 +285,6 @@ NJ_HD NJ_INLINE void pushgrad_point(const TP0& t0, const TP1& t1, const TP2& t2,
   }
 }
 
-// The fused backward of pull (grid_pull_backward), for one channel: g[k] as grad_point reads
-// from `in`, and out[j_t] += W_t s_t val as push_point, in one walk over the taps (weights and
-// offsets computed once). `in` and `out` share the tap offsets (same spatial strides).
-template <class Add, typename T, class TP0, class TP1, class TP2>
-NJ_HD NJ_INLINE void pullback_point(const TP0& t0, const TP1& t1, const TP2& t2, const T* in,
-                                    T* out, T val, T* g) {
-  T g0 = T(0), g1 = T(0), g2 = T(0);
-  NJ_UNROLL
-  for (int a = 0; a < t0.count(); ++a) {
-    const T* p0 = in + t0.off(a);
-    T* q0 = out + t0.off(a);
-    const T v0 = t0.w(a) * val;
-    T m = T(0), m1 = T(0), m2 = T(0);
-    NJ_UNROLL
-    for (int b = 0; b < t1.count(); ++b) {
-      const T* p1 = p0 + t1.off(b);
-      T* q1 = q0 + t1.off(b);
-      const T v1 = t1.w(b) * v0;
-      T i = T(0), i2 = T(0);
-      NJ_UNROLL
-      for (int c = 0; c < t2.count(); ++c) {
-        const T v = p1[t2.off(c)];
-        accum(c == 0, i, t2.w(c) * v);
-        accum(c == 0, i2, t2.dw(c) * v);
-        Add::add(q1 + t2.off(c), t2.w(c) * v1);
-      }
-      accum(b == 0, m, t1.w(b) * i);
-      accum(b == 0, m1, t1.dw(b) * i);
-      accum(b == 0, m2, t1.w(b) * i2);
-    }
-    accum(a == 0, g0, t0.dw(a) * m);
-    accum(a == 0, g1, t0.w(a) * m1);
-    accum(a == 0, g2, t0.w(a) * m2);
-  }
-  g[0] = g0;
-  g[1] = g1;
-  g[2] = g2;
-}
-
 struct PlainAdd {
   template <typename T>
   NJ_HD NJ_INLINE static void add(T* p, T v) { *p += v; }
