@@ -9,8 +9,9 @@ One synthetic float32 volume (size^3, one channel) and two grids with displaceme
 5x5x5 neighbourhood). Times, in one run: the GPU's copy bandwidth (a 1 GiB device-to-device
 copy), grid_sample (trilinear, zeros, align_corners=True) forward and forward+backward, and
 nitorch_jit's order-1 pull (bound zero, extrapolate=True: the same operator), push, grad_dot,
-the fused backward (grid_pull_backward) and pull forward+backward, plus a few other rows
-(order 3, bfloat16). Effective bandwidth counts each tensor once (grid, values, output; the
+the fused backward (grid_pull_backward) and pull forward+backward, each scatter also with the
+block-tiled kernel turned off (NI_JIT_CUDA_TILES=0), plus a few other rows (order 3 push on
+both grids, bfloat16). Effective bandwidth counts each tensor once (grid, values, output; the
 sampled image once). Checks the issue's
 targets for each grid: pull >= 1.2x faster than grid_sample, push <= 2x pull,
 forward+backward >= 1.5x faster than grid_sample's. Also reports the first CUDA compile of
@@ -157,6 +158,21 @@ def main(argv=None):
     def rel(a, b):  # relative L2 difference
         return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
+    def untiled(fn):
+        """fn with the block-tiled scatter of push / pull_backward turned off (the host code
+        reads NI_JIT_CUDA_TILES on every call)."""
+        def run():
+            old = os.environ.get("NI_JIT_CUDA_TILES")
+            os.environ["NI_JIT_CUDA_TILES"] = "0"
+            try:
+                return fn()
+            finally:
+                if old is None:
+                    del os.environ["NI_JIT_CUDA_TILES"]
+                else:
+                    os.environ["NI_JIT_CUDA_TILES"] = old
+        return run
+
     for case, grid in [("smooth", smooth), ("iid", iid)]:
         tag = f" [{case}]"
         gs_grid = voxel_to_grid_sample(grid, shape)
@@ -166,15 +182,19 @@ def main(argv=None):
             timed(lambda: gs(img, gs_grid), device, args.repeat), b_pull)
         row("pull1" + tag, "pull order 1" + tag,
             timed(lambda: nj.grid_pull(img, grid, **opts1), device, args.repeat), b_pull)
-        row("push1" + tag, "push order 1" + tag,
-            timed(lambda: nj.grid_push(ours, grid, shape, **opts1), device, args.repeat), b_push)
+        push1 = lambda: nj.grid_push(ours, grid, shape, **opts1)  # noqa: E731
+        row("push1" + tag, "push order 1" + tag, timed(push1, device, args.repeat), b_push)
+        row("push1_untiled" + tag, "push order 1, one-point kernel (tiles off)" + tag,
+            timed(untiled(push1), device, args.repeat), b_push)
         row("grad_dot1" + tag, "grad_dot order 1 (backward's grid part)" + tag,
             timed(lambda: torch.ops.nitorch_jit.grid_grad_dot(ours, img, grid, [1] * 3, [6] * 3,
                                                               True), device, args.repeat), b_dot)
+        pullback1 = lambda: torch.ops.nitorch_jit.grid_pull_backward(  # noqa: E731
+            ours, img, grid, [1] * 3, [6] * 3, True)
         row("pullback1" + tag, "pull_backward order 1 (fused push + grad_dot)" + tag,
-            timed(lambda: torch.ops.nitorch_jit.grid_pull_backward(ours, img, grid, [1] * 3,
-                                                                   [6] * 3, True),
-                  device, args.repeat), b_bwd)
+            timed(pullback1, device, args.repeat), b_bwd)
+        row("pullback1_untiled" + tag, "pull_backward order 1, tiles off" + tag,
+            timed(untiled(pullback1), device, args.repeat), b_bwd)
         x = img.clone().requires_grad_()
         g = grid.clone().requires_grad_()
         gsg = gs_grid.clone().requires_grad_()
@@ -196,6 +216,8 @@ def main(argv=None):
             timed(fb_gs, device, args.repeat), b_pull + b_bwd)
         row("fb_pull1" + tag, "pull order 1 forward+backward" + tag,
             timed(fb_ours, device, args.repeat), b_pull + b_bwd)
+        row("fb_pull1_untiled" + tag, "pull order 1 forward+backward, tiles off" + tag,
+            timed(untiled(fb_ours), device, args.repeat), b_pull + b_bwd)
         del x, g, gsg, gout, ours
 
     # other rows (smooth grid): cubic, a mirrored bound without extrapolation, bfloat16; a
@@ -208,6 +230,12 @@ def main(argv=None):
     extras = [
         ("pull3", "pull order 3 (dct2)", lambda: nj.grid_pull(img, grid, **opts3), b_pull),
         ("push3", "push order 3 (dct2)", lambda: nj.grid_push(ours, grid, shape, **opts3), b_push),
+        ("push3_untiled", "push order 3 (dct2), tiles off",
+         untiled(lambda: nj.grid_push(ours, grid, shape, **opts3)), b_push),
+        ("push3_iid", "push order 3 (dct2) [iid]",
+         lambda: nj.grid_push(ours, iid, shape, **opts3), b_push),
+        ("push3_iid_untiled", "push order 3 (dct2) [iid], tiles off",
+         untiled(lambda: nj.grid_push(ours, iid, shape, **opts3)), b_push),
         ("pull1_dct2", "pull order 1 (dct2, no extrapolation)",
          lambda: nj.grid_pull(img, grid, **optsd), b_pull),
     ]
@@ -230,6 +258,8 @@ def main(argv=None):
         speed_pull = res["grid_sample" + tag]["ms"] / res["pull1" + tag]["ms"]
         push_ratio = res["push1" + tag]["ms"] / res["pull1" + tag]["ms"]
         speed_fb = res["fb_grid_sample" + tag]["ms"] / res["fb_pull1" + tag]["ms"]
+        push_ratio_off = res["push1_untiled" + tag]["ms"] / res["pull1" + tag]["ms"]
+        speed_fb_off = res["fb_grid_sample" + tag]["ms"] / res["fb_pull1_untiled" + tag]["ms"]
         targets = [
             ("pull order 1 vs grid_sample (speedup)", speed_pull, ">= 1.2", speed_pull >= 1.2),
             ("push / pull (time ratio)", push_ratio, "<= 2.0", push_ratio <= 2.0),
@@ -240,8 +270,12 @@ def main(argv=None):
               f"gradient {a['input_grad']:.1e}, grid gradient {a['grid_grad']:.1e}")
         for label, value, want, ok in targets:
             print(f"TARGET{tag} {label}: {value:.2f} (want {want}) {'PASS' if ok else 'MISS'}")
+        print(f"tiles off{tag}: push / pull {push_ratio_off:.2f}, forward+backward vs "
+              f"grid_sample's {speed_fb_off:.2f}")
         summary[case] = dict(pull_vs_grid_sample=speed_pull, push_over_pull=push_ratio,
                              fwd_bwd_vs_grid_sample=speed_fb, agreement=a,
+                             tiles_off=dict(push_over_pull=push_ratio_off,
+                                            fwd_bwd_vs_grid_sample=speed_fb_off),
                              targets_met=all(t[3] for t in targets))
     out = dict(device=name, torch=torch.__version__, size=n, copy_gbs=bw, compile=compile_msg,
                rows=res, cases=summary)

@@ -184,3 +184,62 @@ class OpLog(TorchDispatchMode):
         if name.startswith("nitorch_jit::"):
             self.names.append(name.split("::")[1].split(".")[0])
         return func(*args, **(kwargs or {}))
+
+
+# ----------------------------------------------------------------------------- tiled scatter
+# push and pull_backward have a block-tiled kernel for grids with one point per source voxel
+# (csrc/pushpull/pushpull_tiles.cuh); NI_JIT_CUDA_TILES=0 turns it off. Shapes with partial
+# tiles (3-D tiles: 8 x 16 x 16 points in float32, 4 x 16 x 16 in float64; 2-D: 32 x 64).
+TILE_OPS = ["grid_push", "grid_pull_backward"]
+TILE_SHAPES = {2: [40, 70], 3: [10, 20, 18]}
+
+
+def tile_args(op, D, B=2, C=2, disp=1.9, far=0.03, seed=0):
+    """float64 arguments of `op` on a grid of one point per voxel (O == S): identity plus
+    uniform(-disp, disp) voxels, a fraction `far` of the points moved 6-9 voxels further (their
+    taps leave the block's window), one NaN point."""
+    S = TILE_SHAPES[D]
+    gen = torch.Generator().manual_seed(seed)
+    axes = [torch.arange(n, dtype=F64) for n in S]
+    ident = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).expand(B, *S, D)
+    grid = ident + (2 * torch.rand(B, *S, D, generator=gen, dtype=F64) - 1) * disp
+    jump = torch.rand(B, *S, 1, generator=gen, dtype=F64) < far
+    step = (6 + 3 * torch.rand(B, *S, D, generator=gen, dtype=F64)) * \
+        torch.where(torch.rand(B, *S, D, generator=gen, dtype=F64) < 0.5, -1.0, 1.0)
+    grid = torch.where(jump, grid + step, grid)
+    grid[0, 1, 2] = float("nan")
+    vals = torch.randn(B, C, *S, generator=gen, dtype=F64)
+    if op == "grid_push":
+        return [vals, grid, S]
+    return [vals, torch.randn(B, C, *S, generator=gen, dtype=F64), grid]
+
+
+def compare_tiles(target, ref, device, op, D, dtype=F64, tol=1e-10, orders=(0, 1, 2, 3),
+                  **case):
+    """`op` of `target` (on `device`, in `dtype`) against `ref` (CPU) on tile_args grids, for
+    a few orders, bounds and extrapolate; returns the list of failures."""
+    fails = []
+    bounds = [([0] * D, True), ([6] * D, False), ([2, 3, 5][:D], True), ([1, 4, 6][:D], False)]
+    for order in orders:
+        for i, (bound, ex) in enumerate(bounds):
+            args = tile_args(op, D, seed=10 * order + i, **case)
+            rdt = F64 if dtype == F64 else torch.float32
+            want = getattr(ref, op)(*convert(args, dtype=rdt), [order] * D, bound, ex)
+            got = getattr(target, op)(*convert(args, device, dtype), [order] * D, bound, ex)
+            msg = close(got, want, tol)
+            if msg:
+                fails.append(f"{op} D={D} order={order} bound={bound} ex={ex} {dtype} "
+                             f"{case}: {msg}")
+    return fails
+
+
+def collapse_args(op, n=24, B=1, C=2, seed=0):
+    """One point per voxel of an n^3 source (O == S), all within +-1.5 voxels of the centre:
+    the tiles there add every point into the same few window cells (shared-memory atomics
+    collide), the others take the one-point path."""
+    gen = torch.Generator().manual_seed(seed)
+    grid = n / 2 + 0.3 + (2 * torch.rand(B, n, n, n, 3, generator=gen, dtype=F64) - 1) * 1.5
+    vals = torch.randn(B, C, n, n, n, generator=gen, dtype=F64)
+    if op == "grid_push":
+        return [vals, grid, [n] * 3]
+    return [vals, torch.randn(B, C, n, n, n, generator=gen, dtype=F64), grid]

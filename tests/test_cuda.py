@@ -3,9 +3,11 @@
 Against the compiled CPU kernels: every (dim, order, bound, extrapolate) for the seven ops in
 float64 (1e-10) and float32 (1e-4), 64-bit offsets, float16 / bfloat16 data (half or float32
 grid) within tolerance, non-contiguous / broadcast / non-flat layouts, non-finite points,
-scatter contention, more batches than a launch's grid y-dimension. Plus gradcheck through the
-public API, adjointness, PyTorch's current stream (CUDA graph capture on a side stream),
-errors raised as Python exceptions, the fallback when nvcc is missing, and the half API.
+scatter contention, more batches than a launch's grid y-dimension, the block-tiled scatter of
+push and pull_backward (on and off). Plus gradcheck through the public API, adjointness, the
+fused backward through autograd, PyTorch's current stream (CUDA graph capture on a side
+stream), errors raised as Python exceptions, the fallback when nvcc is missing, and the half
+API.
 Every test but the last (a CPU-only process never compiles CUDA) needs a CUDA device.
 """
 import json
@@ -127,6 +129,31 @@ def test_scatter_contention(CU, C, dtype, tol, order):
     want = C.grid_pull_backward(val, x, grid, *args[3:])
     got = CU.grid_pull_backward(val.cuda(), x.cuda(), grid.cuda(), *args[3:])
     assert K.close(got, want, tol * 10) is None
+
+
+@gpu
+@pytest.mark.parametrize("op", K.TILE_OPS)
+@pytest.mark.parametrize("D", [2, 3])
+@pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
+@pytest.mark.parametrize("tiles", ["1", "0"])
+def test_tiled_scatter(CU, C, op, D, dtype, tol, tiles, monkeypatch):
+    """push / pull_backward on grids with one point per source voxel (the block-tiled kernel,
+    and NI_JIT_CUDA_TILES=0 the one-point kernel): near identity with far points, random."""
+    monkeypatch.setenv("NI_JIT_CUDA_TILES", tiles)
+    _check(K.compare_tiles(CU, C, "cuda", op, D, dtype, tol))
+    _check(K.compare_tiles(CU, C, "cuda", op, D, dtype, tol, orders=(1, 3), disp=6.0, far=0.3))
+
+
+@gpu
+@pytest.mark.parametrize("op", K.TILE_OPS)
+@pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
+def test_tiled_scatter_contention(CU, C, op, dtype, tol):
+    # 64^3 points within +-1.5 voxels of the centre: shared-memory atomics collide
+    args = K.convert(K.collapse_args(op, n=64), dtype=dtype)
+    for order in (0, 1, 3):
+        want = getattr(C, op)(*args, [order] * 3, [2] * 3, True)
+        got = getattr(CU, op)(*K.convert(args, "cuda"), [order] * 3, [2] * 3, True)
+        assert K.close(got, want, tol * 10) is None, order
 
 
 @gpu

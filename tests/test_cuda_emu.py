@@ -116,6 +116,72 @@ def test_half_output_dtypes(EMU):
         assert gin.dtype == dt and gg.dtype == gdt
 
 
+# ----------------------------------------------------------------------------- tiled scatter
+def _phased(EMU):
+    return EMU.emu_phased_launches()
+
+
+@pytest.mark.parametrize("op", K.TILE_OPS)
+@pytest.mark.parametrize("D", [2, 3])
+@pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
+def test_tiled_scatter(EMU, C, op, D, dtype, tol, monkeypatch):
+    """The block-tiled scatter (one point per source voxel) against the CPU kernels: near-
+    identity grids with a few points far outside their block's window, NaN, border points
+    (every bound), several batches and channels; and it is the kernel that ran."""
+    tiled_orders = {"grid_push": (0, 1, 3), "grid_pull_backward": (1, 3)}[op]
+    before = _phased(EMU)
+    _check(K.compare_tiles(EMU, C, "cpu", op, D, dtype, tol, orders=tiled_orders))
+    assert _phased(EMU) - before == 4 * len(tiled_orders)  # every one of those calls
+    # other orders (no tiled kernel), random grids (most points outside the windows)
+    before = _phased(EMU)
+    _check(K.compare_tiles(EMU, C, "cpu", op, D, dtype, tol, orders=(2, 5)))
+    assert _phased(EMU) == before
+    _check(K.compare_tiles(EMU, C, "cpu", op, D, dtype, tol, orders=(1, 3), disp=6.0, far=0.3,
+                           C=1, B=1))
+    # turned off: the one-point kernel
+    monkeypatch.setenv("NI_JIT_CUDA_TILES", "0")
+    before = _phased(EMU)
+    _check(K.compare_tiles(EMU, C, "cpu", op, D, dtype, tol, orders=(1,)))
+    assert _phased(EMU) == before
+
+
+@pytest.mark.parametrize("op", K.TILE_OPS)
+def test_tiled_scatter_collapse(EMU, C, op):
+    """Every point near the centre: the centre tiles add all their points into a few cells."""
+    args = K.collapse_args(op, n=20)
+    for order in (1, 3):
+        before = _phased(EMU)
+        msg = K.close(getattr(EMU, op)(*args, [order] * 3, [2] * 3, True),
+                      getattr(C, op)(*args, [order] * 3, [2] * 3, True), 1e-10)
+        assert msg is None, msg
+        assert _phased(EMU) == before + 1
+
+
+@pytest.mark.parametrize("op", K.TILE_OPS)
+def test_tiled_scatter_layouts(EMU, C, op):
+    """Non-contiguous values and grid, batch stride 0, a non-flat grid, in the tiled kernel;
+    64-bit offsets and half data take the one-point kernel."""
+    args = K.tile_args(op, 3, B=2, C=3, seed=5)
+    grid = K.grid_of(args)
+    big = torch.zeros(2, *[n + 2 for n in grid.shape[1:-1]], 4, dtype=F64)
+    nonflat = big[:, 1:-1, 1:-1, 1:-1, :3]
+    nonflat.copy_(grid)
+    variants = [
+        [a.transpose(0, -1).contiguous().transpose(0, -1) if torch.is_tensor(a) else a
+         for a in args],
+        [a[:1].expand(a.shape) if torch.is_tensor(a) else a for a in args],
+        [nonflat if a is grid else a for a in args],
+    ]
+    for order in ([1] * 3, [3] * 3):
+        for v in variants:
+            before = _phased(EMU)
+            ref = [a.contiguous() if torch.is_tensor(a) else a for a in v]
+            msg = K.close(getattr(EMU, op)(*v, order, [2, 6, 3], True),
+                          getattr(C, op)(*ref, order, [2, 6, 3], True), 1e-10)
+            assert msg is None, msg
+            assert _phased(EMU) == before + 1
+
+
 # ----------------------------------------------------------------------------- layouts
 @pytest.mark.parametrize("op", K.OPS)
 @pytest.mark.parametrize("D", [1, 2, 3])

@@ -48,6 +48,8 @@ struct Params {
   int64_t pB = 0, pC = 0, ps[3] = {0, 0, 0}, pD = 0;
   // flat: every per-point tensor (grid, pin) addresses point p of a batch at p * stride
   bool flat = false;
+  // push, pull_backward: use the block-tiled scatter where there is one (pushpull_tiles.cuh)
+  bool tile = false;
   int64_t gP = 0, pP = 0;
   // contiguous output: pull [B, C, P], grad [B, C, P, D], scatters [B, C, *src] in the
   // accumulation type (float for half data), dots [B, P, D] in the grid's dtype; pullback:

@@ -218,6 +218,17 @@ inline void set_flat(Params& p) {
   p.pP = pp;
 }
 
+// The tiled scatter (pushpull_tiles.cuh) pays where points move by a few voxels from their own
+// voxel, so it is asked for where the grid has one point per source voxel (O == S) in 2-D and
+// 3-D; NI_JIT_CUDA_TILES=0 turns it off (benchmarks, tests).
+inline bool want_tiles(const Params& p) {
+  if (p.D < 2) return false;
+  for (int k = 0; k < 3; ++k)
+    if (p.pts[k] != p.src[k]) return false;
+  const char* v = std::getenv("NI_JIT_CUDA_TILES");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
 // Tests force 64-bit offsets with NI_JIT_CUDA_INDEX=64.
 inline bool allow_i32() {
   const char* v = std::getenv("NI_JIT_CUDA_INDEX");
@@ -287,6 +298,7 @@ at::Tensor scatter_impl(const at::Tensor& input, const at::Tensor& grid, at::Int
     Params p = make_params(grid, input, D, order, bound, extrapolate);
     set_scatter_source(p, shape);
     set_point_tensor(p, input, kIsGrad);
+    p.tile = !kIsGrad && want_tiles(p);
     p.out = buf.data_ptr();
     const bool i32 = fits32(input) && fits32(grid) && fits32(buf);
     run<Policy, kIsGrad ? kPushGrad : kPush>(p, input, i32);
@@ -350,6 +362,7 @@ std::tuple<at::Tensor, at::Tensor> pullback_impl(const at::Tensor& grad, const a
     Params p = make_params(grid, src, D, order, bound, extrapolate);
     set_gather_source(p, src);
     set_point_tensor(p, grad, false);
+    p.tile = want_tiles(p);
     p.out = buf.data_ptr();
     p.out2 = ggrid.data_ptr();
     const bool i32 = fits32(src) && fits32(grad) && fits32(grid) && fits32(buf) && fits32(ggrid);

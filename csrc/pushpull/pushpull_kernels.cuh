@@ -12,6 +12,8 @@
 //   that read zero (no divergent slow path, no local memory);
 // * generic (mixed orders, orders 4..7, or orders without a fast path for the op):
 //   folded_taps_rt with runtime tap counts (small per-thread arrays in local memory).
+// Push and pull_backward on a grid with one point per source voxel also have a block-tiled
+// variant that accumulates in shared memory (pushpull_tiles.cuh).
 // Half types are loaded/stored as half and computed in float32; scatters add into a float32
 // (half data) or the data's own type (float, double) buffer with atomicAdd.
 #pragma once
@@ -419,8 +421,8 @@ __device__ __forceinline__ void c_hess(const T0& t0, const T1& t1, const T2& t2,
   h[5] = h12;
 }
 
-// out[j_t] += W_t s_t val. The write lists w0, w1, w2 give the offsets into out (usually the tap
-// lists themselves).
+// out[j_t] += W_t s_t val. The write lists w0, w1, w2 give the offsets into out (the tap lists'
+// own, or a block's shared window in the tiled scatter, pushpull_tiles.cuh).
 template <int N0, int N1, int N2, typename A, class T0, class T1, class T2, class W0, class W1,
           class W2>
 __device__ __forceinline__ void c_push_to(const T0& t0, const T1& t1, const T2& t2, const W0& w0,
@@ -506,6 +508,7 @@ struct PullOp {
   using I = I_;
   using A = typename AccOf<S>::type;
   static constexpr int DER = 0;
+  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
   template <int N0, int N1, int N2, class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I, const T0& t0,
                                                const T1& t1, const T2& t2) {
@@ -526,6 +529,7 @@ struct GradOp {
   using I = I_;
   using A = typename AccOf<S>::type;
   static constexpr int DER = 1;
+  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
   template <int N0, int N1, int N2, class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I, const T0& t0,
                                                const T1& t1, const T2& t2) {
@@ -556,6 +560,7 @@ struct PushOp {
   using I = I_;
   using A = typename AccOf<S>::type;
   static constexpr int DER = 0;
+  static constexpr bool kTile = true;
   template <int N0, int N1, int N2, class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
@@ -568,6 +573,18 @@ struct PushOp {
     }
   }
   static __device__ __forceinline__ void empty(const Geo<I>&, I, I) {}
+  // Tiled scatter (pushpull_tiles.cuh): channel c of a point whose taps all lie in the block's
+  // shared window `win`; t0..t2 the weights, w0..w2 the offsets into the window.
+  template <int N0, int N1, int N2, class T0, class T1, class T2, class W0, class W1, class W2>
+  static __device__ __forceinline__ void tile_apply(const Geo<I>& G, I, I, I poff, I c,
+                                                    const T0& t0, const T1& t1, const T2& t2,
+                                                    const W0& w0, const W1& w1, const W2& w2,
+                                                    A* win) {
+    const A v = ld(static_cast<const S*>(G.pin) + poff + c * G.pC);
+    if (v == A(0)) return;
+    c_push_to<N0, N1, N2>(t0, t1, t2, w0, w1, w2, win, v);
+  }
+  static __device__ __forceinline__ void tile_empty(const Geo<I>&, I, I, I) {}
 };
 
 template <typename S_, typename I_>
@@ -576,6 +593,7 @@ struct PushGradOp {
   using I = I_;
   using A = typename AccOf<S>::type;
   static constexpr int DER = 1;
+  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
   template <int N0, int N1, int N2, class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
@@ -603,6 +621,7 @@ struct GradDotOp {
   using I = I_;
   using A = typename AccOf<S>::type;
   static constexpr int DER = 1;
+  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
   template <int N0, int N1, int N2, class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
@@ -633,6 +652,7 @@ struct HessDotOp {
   using I = I_;
   using A = typename AccOf<S>::type;
   static constexpr int DER = 2;
+  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
   template <int N0, int N1, int N2, class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
@@ -667,6 +687,7 @@ struct PullBackOp {
   using I = I_;
   using A = typename AccOf<S>::type;
   static constexpr int DER = 1;
+  static constexpr bool kTile = true;
   template <int N0, int N1, int N2, class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
@@ -690,6 +711,41 @@ struct PullBackOp {
   }
   static __device__ __forceinline__ void empty(const Geo<I>& G, I b, I p) {
     store_point_vector<S>(G, G.out2, b, p, A(0), A(0), A(0));
+  }
+  // Tiled scatter (pushpull_tiles.cuh, float and double only): channel c of a point whose taps
+  // all lie in the block's shared window; t0..t2 the weights and input offsets, w0..w2 the
+  // window offsets. out2 accumulates over the channel steps in place (only the thread that
+  // owns the point touches it), in the order of apply's sum.
+  template <int N0, int N1, int N2, class T0, class T1, class T2, class W0, class W1, class W2>
+  static __device__ __forceinline__ void tile_apply(const Geo<I>& G, I b, I p, I poff, I c,
+                                                    const T0& t0, const T1& t1, const T2& t2,
+                                                    const W0& w0, const W1& w1, const W2& w2,
+                                                    A* win) {
+    static_assert(!kIsHalf<S>, "the tiled scatter accumulates out2 in the data type");
+    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB + c * G.sC;
+    const A v = ld(static_cast<const S*>(G.pin) + poff + c * G.pC);
+    A a[3] = {A(0), A(0), A(0)};
+    if (v != A(0)) {
+      A g0, g1, g2;
+      c_pullback<N0, N1, N2>(t0, t1, t2, w0, w1, w2, in, win, v, g0, g1, g2);
+      a[0] = v * g0;
+      a[1] = v * g1;
+      a[2] = v * g2;
+    } else if (c > 0) {
+      return;
+    }
+    if (c == 0) {
+      store_point_vector<S>(G, G.out2, b, p, a[0], a[1], a[2]);
+      return;
+    }
+    const int f = G.first;
+    A* gg = static_cast<A*>(G.out2) + (b * G.P + p) * (3 - f);
+#pragma unroll
+    for (int k = 0; k < 3; ++k)
+      if (k >= f) gg[k - f] += a[k];
+  }
+  static __device__ __forceinline__ void tile_empty(const Geo<I>& G, I b, I p, I c) {
+    if (c == 0) empty(G, b, p);
   }
 };
 
@@ -818,11 +874,24 @@ __global__ void __launch_bounds__(kThreads, Op::DER == 0 ? NJ_PP_MINB_GATHER : N
   kernel_body<Op, O, DIM>(G);
 }
 
+}  // namespace cuda
+}  // namespace pushpull
+}  // namespace nitorch_jit
+
+#include "pushpull_tiles.cuh"  // the tiled scatter (push, pull_backward)
+
+namespace nitorch_jit {
+namespace pushpull {
+namespace cuda {
+
 // --------------------------------------------------------------------------------------------
 // Variant selection and launch. MASK bit o: fast path for "every dim has order o".
 template <class Op, int O, int DIM>
 cudaError_t launch_variant(const Params& prm, cudaStream_t stream) {
   const Geo<typename Op::I> G = make_geo<typename Op::I>(prm);
+  if constexpr (tiled_variant<Op, O, DIM>()) {
+    if (prm.tile) return launch_tiled<Op, O, DIM>(G, prm, stream);
+  }
   const int64_t bx = (prm.P + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(bx),
                   static_cast<unsigned>(prm.B < kMaxGridY ? prm.B : kMaxGridY));
