@@ -96,8 +96,8 @@ echo
 echo "================ summary ================"
 grep "^BUILD" "$WORK/build.txt" | sed 's/^BUILD /first build: /'
 echo "tests: $(grep -E '(passed|failed|error)' "$WORK/pytest.txt" | tail -1) (exit $TESTS_RC)"
-grep -E "^(bench_cuda:|copy bandwidth|vs grid_sample|TARGET)" "$WORK/bench.txt" || echo "benchmark: no result (exit $BENCH_RC)"
-grep -E "^(grid_sample|pull order|push order|grad_dot)" "$WORK/bench.txt" | sed 's/^/  /' || true
+grep -E "^(bench_cuda:|copy bandwidth|vs grid_sample|TARGET|tiles off)" "$WORK/bench.txt" || echo "benchmark: no result (exit $BENCH_RC)"
+grep -E "^(grid_sample|pull order|pull_backward|push order|grad_dot)" "$WORK/bench.txt" | sed 's/^/  /' || true
 echo "prefilter / resize (bench_cuda_resize.py):"
 grep -E "^(check:|spline|resize|restrict| )" "$WORK/bench_resize.txt" | sed 's/^/  /' || true
 echo "total: $(( $(date +%s) - T0 )) s, status $STATUS"
