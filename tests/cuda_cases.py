@@ -6,10 +6,26 @@ The contract is docs/pushpull-spec.md.
 """
 import itertools
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 F64 = torch.float64
+HAVE_GPU = torch.cuda.is_available()
+
+
+def gpu(f):
+    """Mark a test that needs a CUDA device (skipped without one)."""
+    f = pytest.mark.skipif(not HAVE_GPU, reason="no CUDA device (torch.cuda.is_available() "
+                           "is False)")(f)
+    return pytest.mark.cuda(f)
+
+
+def check(fails):
+    """Fail with the first 20 of a list of mismatch descriptions, if any."""
+    assert not fails, f"{len(fails)} failures:\n" + "\n".join(fails[:20])
+
+
 OPS = ["grid_pull", "grid_push", "grid_grad", "grid_pushgrad", "grid_grad_dot", "grid_hess_dot",
        "grid_pull_backward"]
 BOUNDS = list(range(7))  # replicate, dct1, dct2, dst1, dst2, dft, zero

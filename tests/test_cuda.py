@@ -23,16 +23,10 @@ import nitorch_jit as nj
 from nitorch_jit import backend
 
 import cuda_cases as K
+from cuda_cases import gpu, check as _check
 
 REPO = Path(__file__).resolve().parent.parent
 F32, F64 = torch.float32, torch.float64
-HAVE_GPU = torch.cuda.is_available()
-
-
-def gpu(f):
-    f = pytest.mark.skipif(not HAVE_GPU, reason="no CUDA device (torch.cuda.is_available() "
-                           "is False)")(f)
-    return pytest.mark.cuda(f)
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +41,6 @@ def CU():
 def C():
     assert backend.ensure("pushpull", "cpu") == "C", backend.status()
     return torch.ops.nitorch_jit
-
-
-def _check(fails):
-    assert not fails, f"{len(fails)} failures:\n" + "\n".join(fails[:20])
 
 
 # ----------------------------------------------------------------------------- vs CPU

@@ -21,6 +21,7 @@ from nitorch_jit.jit import toolchain
 from nitorch_jit.ops.library import MODULES
 
 import cuda_cases as K
+from cuda_cases import check as _check
 
 ROOT = Path(__file__).resolve().parent.parent
 F32, F64 = torch.float32, torch.float64
@@ -68,10 +69,6 @@ def C():
     """torch.ops.nitorch_jit with the compiled CPU kernels: the reference."""
     assert backend.ensure("pushpull", "cpu") == "C", backend.status()
     return torch.ops.nitorch_jit
-
-
-def _check(fails):
-    assert not fails, f"{len(fails)} failures:\n" + "\n".join(fails[:20])
 
 
 @pytest.mark.parametrize("op", K.OPS)

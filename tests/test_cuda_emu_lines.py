@@ -23,6 +23,7 @@ from nitorch_jit.jit import toolchain
 from nitorch_jit.ops.library import MODULES
 
 import lines_cases as L
+from cuda_cases import check as _check
 
 ROOT = Path(__file__).resolve().parent.parent
 F32, F64 = torch.float32, torch.float64
@@ -64,10 +65,6 @@ def C():
     assert backend.ensure("splinc", "cpu") == "C", backend.status()
     assert backend.ensure("resize", "cpu") == "C", backend.status()
     return torch.ops.nitorch_jit
-
-
-def _check(fails):
-    assert not fails, f"{len(fails)} failures:\n" + "\n".join(fails[:20])
 
 
 # ----------------------------------------------------------------------------- splinc

@@ -18,15 +18,9 @@ import nitorch_jit as nj
 from nitorch_jit import backend
 
 import lines_cases as L
+from cuda_cases import gpu, check as _check
 
 F32, F64 = torch.float32, torch.float64
-HAVE_GPU = torch.cuda.is_available()
-
-
-def gpu(f):
-    f = pytest.mark.skipif(not HAVE_GPU, reason="no CUDA device (torch.cuda.is_available() "
-                           "is False)")(f)
-    return pytest.mark.cuda(f)
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +37,6 @@ def C():
     assert backend.ensure("splinc", "cpu") == "C", backend.status()
     assert backend.ensure("resize", "cpu") == "C", backend.status()
     return torch.ops.nitorch_jit
-
-
-def _check(fails):
-    assert not fails, f"{len(fails)} failures:\n" + "\n".join(fails[:20])
 
 
 # ----------------------------------------------------------------------------- vs CPU
