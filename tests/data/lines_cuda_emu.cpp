@@ -16,20 +16,7 @@
 #include <cstring>
 #include <type_traits>  // (standard headers first: they use __attribute__((__noinline__)))
 
-// CUDA built-ins, emulated: one thread at a time.
-static dim3 blockIdx, threadIdx, gridDim, blockDim;
-
-template <class F>
-void nj_emulate_launch(dim3 grid, dim3 block, F&& kernel) {
-  gridDim = grid;
-  blockDim = block;
-  for (unsigned x = 0; x < grid.x; ++x)
-    for (unsigned t = 0; t < block.x; ++t) {
-      blockIdx = dim3(x, 0, 0);
-      threadIdx = dim3(t, 0, 0);
-      kernel();
-    }
-}
+#include "cuda_emu.h"
 
 #define __noinline__ __attribute__((noinline))
 #include "nitorch_jit/lines_cuda.cuh"
