@@ -8,12 +8,19 @@ __version__ = "0.1.0"
 from .ops.pushpull import (  # noqa: E402
     affine_grid, count, grid_count, grid_grad, grid_pull, grid_push, identity_grid, pull, push,
 )
+from .ops.regularisers import regulariser, regulariser_grid  # noqa: E402
 from .ops.resize import prolong, resize, resize_grid, restrict  # noqa: E402
+from .ops.solvers import (  # noqa: E402
+    solve_field, solve_field_closedform, solve_field_fmg, solve_grid, solve_grid_closedform,
+    solve_grid_fmg,
+)
 from .ops.splinc import spline_coeff, spline_coeff_nd  # noqa: E402
 
 __all__ = ["affine_grid", "compiled_backend", "count", "grid_count", "grid_grad", "grid_pull",
-           "grid_push", "identity_grid", "prolong", "pull", "push", "resize", "resize_grid",
-           "restrict", "spline_coeff", "spline_coeff_nd"]
+           "grid_push", "identity_grid", "prolong", "pull", "push", "regulariser",
+           "regulariser_grid", "resize", "resize_grid", "restrict", "solve_field",
+           "solve_field_closedform", "solve_field_fmg", "solve_grid", "solve_grid_closedform",
+           "solve_grid_fmg", "spline_coeff", "spline_coeff_nd"]
 
 
 def __getattr__(name):

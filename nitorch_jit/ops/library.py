@@ -36,6 +36,13 @@ MODULES = {
         "resize": "(Tensor input, int[] shape, float[] scale, float[] shift, int[] order, int[] bound, bool prefilter) -> Tensor",
         "resize_adjoint": "(Tensor input, int[] shape, float[] scale, float[] shift, int[] order, int[] bound, bool prefilter) -> Tensor",
     },
+    # regularisers of fields and displacement grids and their solver kernels. x [B, C, *S];
+    # the operator arrives as a flat tap list (4 + 2D numbers per tap); docs/regsolve-spec.md.
+    "regsolve": {
+        "reg_matvec": "(Tensor x, Tensor? hessian, Tensor? weights, float[] taps) -> Tensor",
+        "reg_precond": "(Tensor r, Tensor? hessian, Tensor? weights, float[] taps) -> Tensor",
+        "reg_relax_": "(Tensor(a!) x, Tensor? hessian, Tensor gradient, Tensor? weights, float[] taps, int[] period, int nb_iter) -> ()",
+    },
 }
 
 

@@ -1,0 +1,416 @@
+"""Solvers of (H + L) x = g for fields and displacement grids: preconditioned conjugate
+gradients, coloured Gauss–Seidel relaxation, full multigrid and the voxel-wise closed form.
+
+NITorch's names and defaults. The loops run in Python over three kernels (reg_matvec,
+reg_precond, reg_relax_; docs/regsolve-spec.md §3-4), so both backends share them. The
+solutions are differentiable with respect to the gradient, the Hessian and the weights by
+implicit differentiation (one more solve with the same operator).
+"""
+import math
+
+import torch
+
+from ..torch_impl import regsolve as _twin
+from . import regularisers as _reg
+from .options import BOUND_NAMES
+from .resize import prolong as _prolong, restrict as _restrict
+
+_ops = torch.ops.nitorch_jit
+_OPTIMS = {"cg": "cg", "pcg": "cg", "relax": "relax", "relaks": "relax", "gs": "relax"}
+
+
+# ----------------------------------------------------------------------------- the system
+class System:
+    """(H + L) at one resolution: tensors [B, C, *S] and the tap list."""
+
+    def __init__(self, hessian, weights, taps, period, spatial):
+        self.hessian, self.weights, self.taps = hessian, weights, taps
+        self.period, self.spatial = period, spatial
+
+    def matvec(self, x):
+        return _ops.reg_matvec(x, self.hessian, self.weights, self.taps)
+
+    def precond(self, r):
+        return _ops.reg_precond(r, self.hessian, self.weights, self.taps)
+
+    def relax_(self, x, g, nb_iter):
+        _ops.reg_relax_(x, self.hessian, g, self.weights, self.taps, self.period, nb_iter)
+
+
+def _dot(a, b):
+    """Per-batch <a, b> accumulated in float64: [B, 1, ..., 1]."""
+    dims = list(range(1, a.dim()))
+    return torch.sum(a * b, dim=dims, keepdim=True, dtype=torch.float64)
+
+
+def cg(system, g, x=None, max_iter=16, tolerance=1e-5):
+    """Preconditioned conjugate gradients; returns the iterate of smallest residual."""
+    x = torch.zeros_like(g) if x is None else x.clone()
+    r = g - system.matvec(x) if x.abs().max() > 0 else g.clone()
+    gnorm = _dot(g, g).sqrt().clamp_min(1e-300)
+    best_x, best = x.clone(), (_dot(r, r).sqrt() / gnorm)
+    z = system.precond(r)
+    p = z
+    rz = _dot(r, z)
+    for _ in range(max_iter):
+        if float(best.max()) <= tolerance:
+            break
+        ap = system.matvec(p)
+        pap = _dot(p, ap)
+        ok = pap > 0
+        alpha = torch.where(ok, rz / torch.where(ok, pap, torch.ones_like(pap)),
+                            torch.zeros_like(pap)).to(g.dtype)
+        x = x + alpha * p
+        r = r - alpha * ap
+        res = _dot(r, r).sqrt() / gnorm
+        better = res < best
+        best_x = torch.where(better, x, best_x)
+        best = torch.where(better, res, best)
+        if not bool(ok.any()):
+            break
+        z = system.precond(r)
+        rz_new = _dot(r, z)
+        beta = torch.where(rz > 0, rz_new / torch.where(rz > 0, rz, torch.ones_like(rz)),
+                           torch.zeros_like(rz)).to(g.dtype)
+        rz = rz_new
+        p = z + beta * p
+    return best_x
+
+
+def relax(system, g, x=None, max_iter=16, tolerance=1e-5, check_every=4):
+    """Coloured Gauss–Seidel; the residual is checked every `check_every` sweeps."""
+    x = torch.zeros_like(g) if x is None else x.clone()
+    gnorm = _dot(g, g).sqrt().clamp_min(1e-300)
+    best_x, best = x.clone(), _dot(g - system.matvec(x), g - system.matvec(x)).sqrt() / gnorm
+    done = 0
+    while done < max_iter and float(best.max()) > tolerance:
+        n = min(check_every, max_iter - done)
+        system.relax_(x, g, n)
+        done += n
+        r = g - system.matvec(x)
+        res = _dot(r, r).sqrt() / gnorm
+        better = res < best
+        best_x = torch.where(better, x, best_x)
+        best = torch.where(better, res, best)
+    return best_x
+
+
+# ----------------------------------------------------------------------------- multigrid
+def _coarsen(t, shape, bound):
+    return _restrict(t, shape=shape, anchor="e", bound=bound)
+
+
+class _Level:
+    def __init__(self, shape, voxel_size, system, g):
+        self.shape, self.voxel_size, self.system, self.g = shape, voxel_size, system, g
+
+
+def _scale_channels(t, s):
+    return t * torch.tensor(s, dtype=t.dtype, device=t.device).reshape([1, -1] + [1] * (t.dim() - 2))
+
+
+def _grid_hessian_scale(h, s):
+    """H_ij * s_i * s_j for a packed grid Hessian (a scalar one becomes diagonal)."""
+    c = len(s)
+    kind = _twin.packing(h.shape[1], c)
+    if kind == "scalar":
+        if all(v == s[0] for v in s):
+            return h * s[0] ** 2
+        h = h.expand([h.shape[0], c] + list(h.shape[2:]))
+        kind = "diag"
+    scale = [v * v for v in s]
+    if kind == "sym":
+        scale += [s[i] * s[j] for i, j in _twin.upper_pairs(c)]
+    return _scale_channels(h, scale)
+
+
+def fmg(problem, g, system0, optim, nb_cycles, nb_iter):
+    """Full multigrid (spec §4): coarse solve, then prolong + V-cycles at each finer level."""
+    bound = problem.bound
+    smooth = (lambda s, x, b: cg(s, b, x, max_iter=nb_iter, tolerance=0)) if optim == "cg" \
+        else (lambda s, x, b: relax(s, b, x, max_iter=nb_iter, tolerance=0, check_every=nb_iter))
+    levels = [_Level(problem.shape, problem.voxel_size, system0, g)]
+    h, w = system0.hessian, system0.weights
+    while len(levels) < 16 and max(levels[-1].shape) > 4:
+        fine = levels[-1]
+        shape = [max(1, math.ceil(n / 2)) for n in fine.shape]
+        ratio = [n / m for n, m in zip(fine.shape, shape)]
+        vs = [v * r for v, r in zip(fine.voxel_size, ratio)]
+        gc = _coarsen(fine.g, shape, bound)
+        hc = None if h is None else _coarsen(h, shape, bound)
+        w = None if w is None else _coarsen(w, shape, bound)
+        if problem.grid:
+            gc = _scale_channels(gc, ratio)
+            hc = None if hc is None else _grid_hessian_scale(hc, ratio)
+        h = hc
+        taps = problem.make_taps(vs)
+        sys = System(hc, w, taps, _reg.colour_periods(taps, shape, bound), system0.spatial)
+        levels.append(_Level(shape, vs, sys, gc))
+
+    def up(x, fine, coarse):
+        x = _prolong(x, shape=fine.shape, bound=bound)
+        if problem.grid:
+            x = _scale_channels(x, [n / m for n, m in zip(fine.shape, coarse.shape)])
+        return x
+
+    def down(r, fine, coarse):
+        r = _coarsen(r, coarse.shape, bound)
+        if problem.grid:
+            r = _scale_channels(r, [n / m for n, m in zip(fine.shape, coarse.shape)])
+        return r
+
+    def coarse_solve(level, b):
+        n = b[0].numel()
+        return cg(level.system, b, max_iter=min(4 * n, 400), tolerance=1e-10)
+
+    def vcycle(i, x, b):
+        lev = levels[i]
+        if i == len(levels) - 1:
+            return coarse_solve(lev, b)
+        x = smooth(lev.system, x, b)
+        r = b - lev.system.matvec(x)
+        e = vcycle(i + 1, torch.zeros_like(down(r, lev, levels[i + 1])),
+                   down(r, lev, levels[i + 1]))
+        x = x + up(e, lev, levels[i + 1])
+        return smooth(lev.system, x, b)
+
+    x = coarse_solve(levels[-1], levels[-1].g)
+    for i in range(len(levels) - 2, -1, -1):
+        x = up(x, levels[i], levels[i + 1])
+        for _ in range(nb_cycles):
+            x = vcycle(i, x, levels[i].g)
+    return x
+
+
+# ----------------------------------------------------------------------------- implicit autograd
+class _Solve(torch.autograd.Function):
+    """x = A⁻¹ g; backward: ḡ = A⁻¹ x̄, H̄ = −outer(ḡ, x), w̄ = −∂<ḡ, L_w x>/∂w."""
+
+    @staticmethod
+    def forward(ctx, g, hessian, weights, run, taps):
+        with torch.no_grad():
+            x = run(g, hessian, weights)
+        ctx.run, ctx.taps = run, taps
+        ctx.save_for_backward(x, hessian, weights)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, hessian, weights = ctx.saved_tensors
+        with torch.no_grad():
+            gg = ctx.run(grad.contiguous(), hessian, weights)
+        gh = gw = None
+        if ctx.needs_input_grad[1]:
+            gh = -_twin.sym_outer(gg, x, hessian.shape[1])
+        if ctx.needs_input_grad[2]:
+            gw = -_reg.weight_grad(gg, x, weights, ctx.taps)
+        return gg, gh, gw, None, None
+
+
+def _check_int(value, name, low):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+    return value
+
+
+def _check_optim(optim):
+    if not isinstance(optim, str) or optim.lower() not in _OPTIMS:
+        raise ValueError(f"optim: expected 'cg' or 'relax', got {optim!r}")
+    return _OPTIMS[optim.lower()]
+
+
+def _solve(p, gradient, method, **opts):
+    """Run `method` on the normalised problem `p` (gradient in p.x) with implicit autograd."""
+    p.check_device(("hessian", p.hessian), ("weights", p.weights))
+    _reg._ensure(p.x.device)
+    g = p.x.contiguous()
+    absolute_only = not p.spatial or method == "closedform"
+    taps = p.make_taps(p.voxel_size, absolute_only=absolute_only)
+    period = _reg.colour_periods(taps, p.shape, p.bound)
+
+    def run(b, hessian, weights):
+        system = System(hessian, weights, taps, period, p.spatial)
+        if absolute_only:
+            return system.precond(b)  # the operator is voxel-wise: exact
+        if method == "cg":
+            return cg(system, b, max_iter=opts["max_iter"], tolerance=opts["tolerance"])
+        if method == "relax":
+            return relax(system, b, max_iter=opts["max_iter"], tolerance=opts["tolerance"])
+        return fmg(p, b, system, opts["optim"], opts["nb_cycles"], opts["nb_iter"])
+
+    x = _Solve.apply(g, p.hessian, p.weights, run, taps)
+    return p.restore(x)
+
+
+def _field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
+                   voxel_size, bound):
+    p = _reg.Problem(gradient, hessian, weights, dim, absolute, membrane, bending, 0, factor,
+                     voxel_size, bound, False, "gradient")
+    return p
+
+
+def _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
+                  voxel_size, bound):
+    return _reg.Problem(gradient, hessian, weights, None, absolute, membrane, bending, lame,
+                        factor, voxel_size, bound, True, "gradient")
+
+
+# ----------------------------------------------------------------------------- public API
+_PARAMS_FIELD = """hessian : tensor [*batch, K, *spatial] or None
+        Voxel-wise Hessian H, K = 1, C or C(C+1)/2 (diagonal, then upper triangle).
+    gradient : tensor [*batch, C, *spatial]
+        Right-hand side g.
+    weights : tensor [*batch, 1|C, *spatial], optional
+        Voxel weights of the regulariser (absolute and membrane only).
+    dim : int, optional
+        Number of spatial dims (default ``min(gradient.dim() - 1, 3)``).
+    absolute, membrane, bending : float or list[float], >= 0
+    factor : float or list[float]
+    voxel_size : float or list[float]
+    bound : str, default 'dct2' (dct1 and replicate are refused)"""
+
+_PARAMS_GRID = """hessian : tensor [*batch, *spatial, K] or None
+        Voxel-wise Hessian, K = 1, D or D(D+1)/2.
+    gradient : tensor [*batch, *spatial, D]
+        Right-hand side, in voxels.
+    absolute, membrane, bending : float, >= 0
+    lame : float or (float, float)
+        Linear elasticity (shear, div).
+    factor : float
+    voxel_size : float or list[float]
+    bound : str, default 'dft'
+    weights : tensor [*batch, *spatial], optional
+        Voxel weights (absolute and membrane only)."""
+
+
+def solve_field(hessian, gradient, weights=None, dim=None, absolute=0, membrane=0, bending=0,
+                factor=1, voxel_size=1, bound="dct2", optim="cg", max_iter=16, tolerance=1e-5):
+    p = _field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
+                       voxel_size, bound)
+    return _solve(p, gradient, _check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
+                  tolerance=_check_tol(tolerance))
+
+
+def solve_grid(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0, factor=1,
+               voxel_size=1, bound="dft", weights=None, optim="cg", max_iter=16,
+               tolerance=1e-5):
+    p = _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
+                      voxel_size, bound)
+    return _solve(p, gradient, _check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
+                  tolerance=_check_tol(tolerance))
+
+
+def solve_field_fmg(hessian, gradient, weights=None, dim=None, absolute=0, membrane=0,
+                    bending=0, factor=1, voxel_size=1, bound="dct2", optim="cg", nb_cycles=2,
+                    nb_iter=2):
+    p = _field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
+                       voxel_size, bound)
+    return _solve(p, gradient, "fmg", optim=_check_optim(optim),
+                  nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
+                  nb_iter=_check_int(nb_iter, "nb_iter", 1))
+
+
+def solve_grid_fmg(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0, factor=1,
+                   voxel_size=1, bound="dft", weights=None, optim="cg", nb_cycles=2, nb_iter=2):
+    p = _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
+                      voxel_size, bound)
+    return _solve(p, gradient, "fmg", optim=_check_optim(optim),
+                  nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
+                  nb_iter=_check_int(nb_iter, "nb_iter", 1))
+
+
+def solve_field_closedform(hessian, gradient, weights=None, dim=None, absolute=0, factor=1):
+    p = _field_problem(hessian, gradient, weights, dim, absolute, 0, 0, factor, 1, "dct2")
+    return _solve(p, gradient, "closedform")
+
+
+def solve_grid_closedform(hessian, gradient, weights=None, absolute=0, voxel_size=1, factor=1):
+    p = _grid_problem(hessian, gradient, weights, absolute, 0, 0, 0, factor, voxel_size, "dft")
+    return _solve(p, gradient, "closedform")
+
+
+def _check_tol(tolerance):
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
+            or not tolerance >= 0:
+        raise ValueError(f"tolerance: expected a number >= 0, got {tolerance!r}")
+    return float(tolerance)
+
+
+def _doc(summary, params, extra, example):
+    return f"""{summary}
+
+    Parameters
+    ----------
+    {params}
+{extra}
+    Returns
+    -------
+    tensor, the solution x, shaped like `gradient`. Differentiable with respect to
+    `gradient`, `hessian` and `weights` (implicit differentiation: one more solve).
+
+    Examples
+    --------
+{example}
+    """
+
+
+_CG = """    optim : {'cg', 'relax'}
+        Preconditioned conjugate gradients or coloured Gauss–Seidel.
+    max_iter : int >= 1
+    tolerance : float, stop when ||g - (H+L)x|| <= tolerance * ||g||; the best iterate is
+        returned if it is not reached.
+"""
+_FMG = """    optim : {'cg', 'relax'}
+        Smoother of the V-cycles.
+    nb_cycles : int >= 1, V-cycles per level
+    nb_iter : int >= 1, smoothing iterations before and after each coarse correction
+"""
+_EX_FIELD = """    >>> import torch, nitorch_jit
+    >>> g = torch.randn(2, 32, 32, 32, dtype=torch.float64)
+    >>> h = torch.rand(1, 32, 32, 32, dtype=torch.float64)
+    >>> x = nitorch_jit.{name}(h, g, membrane=1e-1, bending=1e-2{more})
+    >>> x.shape
+    torch.Size([2, 32, 32, 32])"""
+_EX_GRID = """    >>> import torch, nitorch_jit
+    >>> g = torch.randn(1, 32, 32, 32, 3)
+    >>> h = torch.rand(1, 32, 32, 32, 6) * torch.tensor([1, 1, 1, 0, 0, 0.])
+    >>> x = nitorch_jit.{name}(h, g, membrane=1e-3, bending=0.1, lame=(0.05, 0.2){more})
+    >>> x.shape
+    torch.Size([1, 32, 32, 32, 3])"""
+
+solve_field.__doc__ = _doc("Solve (H + L) x = g for a field, by PCG or relaxation.",
+                           _PARAMS_FIELD, _CG, _EX_FIELD.format(name="solve_field", more=""))
+solve_grid.__doc__ = _doc("Solve (H + L) x = g for a displacement grid, by PCG or relaxation.",
+                          _PARAMS_GRID, _CG, _EX_GRID.format(name="solve_grid", more=""))
+solve_field_fmg.__doc__ = _doc("Solve (H + L) x = g for a field by full multigrid.",
+                               _PARAMS_FIELD, _FMG,
+                               _EX_FIELD.format(name="solve_field_fmg", more=""))
+solve_grid_fmg.__doc__ = _doc("Solve (H + L) x = g for a displacement grid by full multigrid.",
+                              _PARAMS_GRID, _FMG, _EX_GRID.format(name="solve_grid_fmg", more=""))
+solve_field_closedform.__doc__ = _doc(
+    "Voxel-wise solve of (H + absolute * factor * weights) x = g for a field.",
+    """hessian : tensor [*batch, K, *spatial] or None
+    gradient : tensor [*batch, C, *spatial]
+    weights : tensor [*batch, 1|C, *spatial], optional
+    dim : int, optional
+    absolute, factor : float or list[float]""", "",
+    """    >>> import torch, nitorch_jit
+    >>> g, h = torch.randn(3, 8, 8), torch.rand(3, 8, 8) + 1
+    >>> x = nitorch_jit.solve_field_closedform(h, g, absolute=1, dim=2)
+    >>> bool(torch.allclose(x, g / (h + 1)))
+    True""")
+solve_grid_closedform.__doc__ = _doc(
+    "Voxel-wise solve of (H + absolute * factor * weights * vs_d^2) x = g for a grid.",
+    """hessian : tensor [*batch, *spatial, K] or None
+    gradient : tensor [*batch, *spatial, D]
+    weights : tensor [*batch, *spatial], optional
+    absolute, factor : float
+    voxel_size : float or list[float]""", "",
+    """    >>> import torch, nitorch_jit
+    >>> g, h = torch.randn(8, 8, 2), torch.rand(8, 8, 2) + 1
+    >>> x = nitorch_jit.solve_grid_closedform(h, g, absolute=1)
+    >>> bool(torch.allclose(x, g / (h + 1)))
+    True""")
+
+__all__ = ["solve_field", "solve_field_closedform", "solve_field_fmg", "solve_grid",
+           "solve_grid_closedform", "solve_grid_fmg", "BOUND_NAMES"]

@@ -1,0 +1,272 @@
+"""Regulariser kernels in plain PyTorch: the TORCH backend of module "regsolve" and the oracle
+of the compiled one. The contract (tap list, Hessian packing, voxel solve, colours) is
+docs/regsolve-spec.md; every function here is differentiable by autograd.
+"""
+import torch
+
+from .bounds import fold
+
+
+# ----------------------------------------------------------------------------- Hessian packing
+def packing(k, c, argname="hessian"):
+    """'scalar', 'diag' or 'sym' for a Hessian with k values per voxel and c channels."""
+    if k == 1:
+        return "scalar"
+    if k == c:
+        return "diag"
+    if k == c * (c + 1) // 2:
+        return "sym"
+    raise ValueError(f"{argname}: {k} values per voxel fit no packing for {c} channels; "
+                     f"expected 1 (scalar), {c} (diagonal) or {c * (c + 1) // 2} (symmetric: "
+                     f"the diagonal, then the upper triangle row by row)")
+
+
+def upper_pairs(c):
+    """(i, j), i < j, in the packed order of the off-diagonal values."""
+    return [(i, j) for i in range(c) for j in range(i + 1, c)]
+
+
+def sym_matvec(h, x):
+    """H x for a packed Hessian h [B, K, *S] and x [B, C, *S]."""
+    c = x.shape[1]
+    kind = packing(h.shape[1], c)
+    if kind != "sym":
+        return h * x
+    out = h[:, :c] * x
+    for k, (i, j) in enumerate(upper_pairs(c)):
+        hij = h[:, c + k]
+        out[:, i] = out[:, i] + hij * x[:, j]
+        out[:, j] = out[:, j] + hij * x[:, i]
+    return out
+
+
+def sym_outer(a, b, k):
+    """The gradient of <a, H b> with respect to a packed H with k values per voxel."""
+    c = a.shape[1]
+    kind = packing(k, c)
+    if kind == "scalar":
+        return (a * b).sum(1, keepdim=True)
+    if kind == "diag":
+        return a * b
+    off = [a[:, i] * b[:, j] + a[:, j] * b[:, i] for i, j in upper_pairs(c)]
+    return torch.cat([a * b] + [o.unsqueeze(1) for o in off], dim=1)
+
+
+# ----------------------------------------------------------------------------- taps
+def parse_taps(taps, dim):
+    """[(c_out, c_in, kind, coef, offsets, bounds)] from the flat list."""
+    n = 4 + 2 * dim
+    if len(taps) % n:
+        raise ValueError(f"taps: expected a multiple of {n} numbers for {dim} dims, "
+                         f"got {len(taps)}")
+    out = []
+    for t in range(0, len(taps), n):
+        v = taps[t:t + n]
+        out.append((int(v[0]), int(v[1]), int(v[2]), float(v[3]),
+                    tuple(int(o) for o in v[4:4 + dim]), tuple(int(b) for b in v[4 + dim:])))
+    return out
+
+
+def _fold_axis(n, off, bound, device):
+    """(index, sign) of i + off for i in 0..n-1: int64 [n], and a float sign [n] or None."""
+    j, s = fold(torch.arange(n, device=device) + off, n, bound)
+    return j, s
+
+
+class _Reader:
+    """Reads a [B, C, *S] tensor at voxel + offsets through per-axis bounds (cached folds)."""
+
+    def __init__(self, shape, device):
+        self.shape, self.device, self.cache = shape, device, {}
+
+    def axis(self, d, off, bound):
+        key = (d, off, bound)
+        if key not in self.cache:
+            self.cache[key] = _fold_axis(self.shape[d], off, bound, self.device)
+        return self.cache[key]
+
+    def read(self, x, offs, bounds, signed=True):
+        """Values (and the product of signs, or None when all are +1) at the folded taps."""
+        sign = None
+        for d, (o, b) in enumerate(zip(offs, bounds)):
+            if o == 0:
+                continue
+            j, s = self.axis(d, o, b)
+            x = x.index_select(2 + d, j)
+            if s is not None:
+                s = s.to(x.dtype).reshape([-1] + [1] * (len(offs) - d - 1))
+                sign = s if sign is None else sign * s
+        if signed and sign is not None:
+            x = x * sign
+        return x, sign
+
+    def self_mask(self, offs, bounds, dtype):
+        """[*S] tensor: the sign where a tap folds back onto its own voxel, else 0."""
+        m = torch.ones((), dtype=dtype, device=self.device)
+        for d, (o, b) in enumerate(zip(offs, bounds)):
+            if o == 0:
+                continue
+            j, s = self.axis(d, o, b)
+            hit = (j == torch.arange(self.shape[d], device=self.device)).to(dtype)
+            if s is not None:
+                hit = hit * s.to(dtype)
+            m = m * hit.reshape([-1] + [1] * (len(offs) - d - 1))
+        return m
+
+
+def _weight(w, c):
+    return w[:, c if w.shape[1] > 1 else 0]
+
+
+def _neighbour_weight(reader, w, offs, bounds):
+    """w~ at the folded neighbour: its weight, or the voxel's own where the bound reads 0."""
+    wn, sign = reader.read(w, offs, bounds, signed=False)
+    if sign is not None:
+        wn = torch.where(sign == 0, w, wn)
+    return wn
+
+
+# ----------------------------------------------------------------------------- kernels
+def reg_matvec(x, hessian, weights, taps):
+    """L x (+ H x): the tap list applied to x [B, C, *S] (spec §2)."""
+    dim = x.dim() - 2
+    reader = _Reader(x.shape[2:], x.device)
+    out = torch.zeros_like(x)
+    groups = {}
+    for co, ci, kind, coef, offs, bounds in parse_taps(taps, dim):
+        groups.setdefault((kind, offs, bounds), []).append((co, ci, coef))
+    chans = x.shape[1]
+    for (kind, offs, bounds), items in groups.items():
+        if kind == 0:
+            xn, _ = reader.read(x, offs, bounds)
+            if all(co == ci for co, ci, _ in items):
+                coef = x.new_zeros(chans)
+                for co, _, c in items:
+                    coef[co] += c
+                out = out + coef.reshape([1, -1] + [1] * dim) * xn
+            else:
+                mat = x.new_zeros(chans, chans)
+                for co, ci, c in items:
+                    mat[co, ci] += c
+                out = out + torch.einsum("oi,bi...->bo...", mat, xn)
+        elif kind == 1:
+            xn, _ = reader.read(x, offs, bounds)
+            wn = _neighbour_weight(reader, weights, offs, bounds)
+            for co, _, c in items:
+                omega = 0.5 * (_weight(weights, co) + _weight(wn, co))
+                term = c * omega * (x[:, co] - xn[:, co])
+                out = out.index_add(1, torch.tensor([co], device=x.device), term.unsqueeze(1))
+        else:
+            for co, ci, c in items:
+                term = c * _weight(weights, co) * x[:, ci]
+                out = out.index_add(1, torch.tensor([co], device=x.device), term.unsqueeze(1))
+    if hessian is not None:
+        out = out + sym_matvec(hessian, x)
+    return out
+
+
+def self_block(shape, dtype, device, weights, taps, chans):
+    """L_vv: [B|1, C, *S] (diagonal) when no tap crosses channels, else [B|1, C, C, *S]."""
+    dim = len(shape)
+    reader = _Reader(shape, device)
+    parsed = parse_taps(taps, dim)
+    diag = all(co == ci for co, ci, *_ in parsed)
+    bsz = 1 if weights is None else weights.shape[0]
+    blk = torch.zeros([bsz, chans] + ([] if diag else [chans]) + list(shape), dtype=dtype,
+                      device=device)
+
+    def add(co, ci, value):
+        idx = (slice(None), co) if diag else (slice(None), co, ci)
+        blk[idx] = blk[idx] + value
+
+    for co, ci, kind, coef, offs, bounds in parsed:
+        if kind == 0:
+            add(co, ci, coef * reader.self_mask(offs, bounds, dtype))
+        elif kind == 1:
+            wc = _weight(weights, co)
+            wn = _weight(_neighbour_weight(reader, weights, offs, bounds), co)
+            add(co, co, coef * 0.5 * (wc + wn) * (1 - reader.self_mask(offs, bounds, dtype)))
+        else:
+            add(co, ci, coef * _weight(weights, co))
+    return blk, diag
+
+
+def _voxel_solve(a, r):
+    """z = A⁻¹ r per voxel, A [B, C, C, *S] symmetric: Cholesky, a pivot <= 0 zeroes."""
+    c = r.shape[1]
+    low = [[None] * c for _ in range(c)]
+    piv = [None] * c
+    for j in range(c):
+        d = a[:, j, j]
+        for k in range(j):
+            d = d - low[j][k] ** 2
+        ok = d > 0
+        piv[j] = (ok, torch.where(ok, d, torch.ones_like(d)).sqrt())
+        for i in range(j + 1, c):
+            v = a[:, i, j]
+            for k in range(j):
+                v = v - low[i][k] * low[j][k]
+            low[i][j] = torch.where(ok, v / piv[j][1], torch.zeros_like(v))
+    y = [None] * c
+    for j in range(c):
+        v = r[:, j]
+        for k in range(j):
+            v = v - low[j][k] * y[k]
+        y[j] = torch.where(piv[j][0], v / piv[j][1], torch.zeros_like(v))
+    z = [None] * c
+    for j in reversed(range(c)):
+        v = y[j]
+        for k in range(j + 1, c):
+            v = v - low[k][j] * z[k]
+        z[j] = torch.where(piv[j][0], v / piv[j][1], torch.zeros_like(v))
+    return torch.stack(z, 1)
+
+
+def reg_precond(r, hessian, weights, taps):
+    """z = (H_v + L_vv)⁻¹ r_v at every voxel (spec §3)."""
+    chans = r.shape[1]
+    blk, diag = self_block(r.shape[2:], r.dtype, r.device, weights, taps, chans)
+    kind = "scalar" if hessian is None else packing(hessian.shape[1], chans)
+    if diag and kind != "sym":
+        a = blk + (0 if hessian is None else hessian)
+        a = a.expand_as(r)
+        ok = a > 0
+        return torch.where(ok, r / torch.where(ok, a, torch.ones_like(a)), torch.zeros_like(r))
+    if diag:
+        blk = torch.diag_embed(blk.movedim(1, -1)).movedim(-1, 1).movedim(-1, 1)
+    a = blk.expand([r.shape[0]] + list(blk.shape[1:]))
+    if hessian is not None:
+        hfull = torch.zeros_like(a)
+        for i in range(chans):
+            hfull[:, i, i] = hessian[:, 0 if kind == "scalar" else i]
+        if kind == "sym":
+            for k, (i, j) in enumerate(upper_pairs(chans)):
+                hfull[:, i, j] = hessian[:, chans + k]
+                hfull[:, j, i] = hessian[:, chans + k]
+        a = a + hfull
+    return _voxel_solve(a, r)
+
+
+def colour_slices(period):
+    """Index tuples of the colours, in lexicographic order (the first dim slowest)."""
+    out = [()]
+    for p in period:
+        out = [s + (slice(c, None, p),) for s in out for c in range(p)]
+    return [(Ellipsis,) + s for s in out]
+
+
+def reg_relax_(x, hessian, gradient, weights, taps, period, nb_iter):
+    """Coloured Gauss–Seidel sweeps on (H + L) x = g, in place (spec §3)."""
+    for _ in range(int(nb_iter)):
+        for sl in colour_slices(period):
+            r = gradient - reg_matvec(x, hessian, weights, taps)
+            z = reg_precond(r, hessian, weights, taps)
+            x[sl] += z[sl]
+    return None
+
+
+KERNELS = {
+    "reg_matvec": reg_matvec,
+    "reg_precond": reg_precond,
+    "reg_relax_": reg_relax_,
+}
