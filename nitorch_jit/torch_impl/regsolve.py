@@ -85,6 +85,25 @@ class _Reader:
             self.cache[key] = _fold_axis(self.shape[d], off, bound, self.device)
         return self.cache[key]
 
+    def padded(self, x, bounds, pad=2):
+        """x extended by `pad` ghost voxels on each side of every axis, through the bounds."""
+        key = ("pad", id(x), bounds, pad)
+        if key not in self.cache:
+            for d, b in enumerate(bounds):
+                n = self.shape[d]
+                j, s = fold(torch.arange(-pad, n + pad, device=self.device), n, b)
+                x = x.index_select(2 + d, j)
+                if s is not None:
+                    x = x * s.to(x.dtype).reshape([-1] + [1] * (len(bounds) - d - 1))
+            self.cache[key] = x
+        return self.cache[key]
+
+    def shifted(self, x, offs, bounds, pad=2):
+        """x read at voxel + offs through the bounds (a view of the padded tensor)."""
+        xp = self.padded(x, bounds, pad)
+        sl = tuple(slice(pad + o, pad + o + n) for o, n in zip(offs, self.shape))
+        return xp[(Ellipsis,) + sl]
+
     def read(self, x, offs, bounds, signed=True):
         """Values (and the product of signs, or None when all are +1) at the folded taps."""
         sign = None
@@ -131,35 +150,31 @@ def reg_matvec(x, hessian, weights, taps):
     """L x (+ H x): the tap list applied to x [B, C, *S] (spec §2)."""
     dim = x.dim() - 2
     reader = _Reader(x.shape[2:], x.device)
-    out = torch.zeros_like(x)
+    chans = x.shape[1]
+    out = [None] * chans  # per output channel, accumulated out of place (autograd-safe)
+
+    def acc(co, term):
+        out[co] = term if out[co] is None else out[co] + term
+
     groups = {}
     for co, ci, kind, coef, offs, bounds in parse_taps(taps, dim):
         groups.setdefault((kind, offs, bounds), []).append((co, ci, coef))
-    chans = x.shape[1]
     for (kind, offs, bounds), items in groups.items():
         if kind == 0:
-            xn, _ = reader.read(x, offs, bounds)
-            if all(co == ci for co, ci, _ in items):
-                coef = x.new_zeros(chans)
-                for co, _, c in items:
-                    coef[co] += c
-                out = out + coef.reshape([1, -1] + [1] * dim) * xn
-            else:
-                mat = x.new_zeros(chans, chans)
-                for co, ci, c in items:
-                    mat[co, ci] += c
-                out = out + torch.einsum("oi,bi...->bo...", mat, xn)
+            xn = reader.shifted(x, offs, bounds)
+            for co, ci, c in items:
+                acc(co, c * xn[:, ci])
         elif kind == 1:
             xn, _ = reader.read(x, offs, bounds)
             wn = _neighbour_weight(reader, weights, offs, bounds)
             for co, _, c in items:
                 omega = 0.5 * (_weight(weights, co) + _weight(wn, co))
-                term = c * omega * (x[:, co] - xn[:, co])
-                out = out.index_add(1, torch.tensor([co], device=x.device), term.unsqueeze(1))
+                acc(co, c * omega * (x[:, co] - xn[:, co]))
         else:
             for co, ci, c in items:
-                term = c * _weight(weights, co) * x[:, ci]
-                out = out.index_add(1, torch.tensor([co], device=x.device), term.unsqueeze(1))
+                acc(co, c * _weight(weights, co) * x[:, ci])
+    zero = torch.zeros_like(x[:, 0])
+    out = torch.stack([zero if o is None else o.expand_as(zero) for o in out], 1)
     if hessian is not None:
         out = out + sym_matvec(hessian, x)
     return out

@@ -1,0 +1,201 @@
+"""Speed of the regulariser and of the FMG solver on a displacement grid, against peers, in one run.
+
+    python scripts/bench_solvers.py [--threads 2] [--size 128] [--repeat 5] [--no-compile-time]
+
+Workload (issue #9): a size^3 displacement field, float32, membrane 1e-3, bending 0.1,
+lame (0.05, 0.2), a full voxel-wise Hessian (6 values). Rows:
+
+- regulariser_grid, ours (the backend this process loads, normally C) against
+  (a) the same operator written with torch.nn.functional.conv3d the way a user would
+      (one grouped 5^3 conv for the per-component terms, one 3->3 channel 3^3 conv for the
+      elastic cross terms, circular padding = our default bound dft), checked equal to ours;
+  (b) the TORCH backend (the pure-PyTorch twin), timed in a subprocess with
+      NI_COMPILED_BACKEND=TORCH so that it is the real backend, same data.
+  Also the effective bandwidth of ours (one read of v, one write of the result) against this
+  machine's copy bandwidth (torch copy_ of the same tensor).
+- solve_grid_fmg with default settings, ours against the TORCH backend (subprocess).
+- time to a relative residual of 1e-3: FMG (cycles added until reached) against PCG alone.
+- the first-use compile of the regsolve CPU module, in a fresh cache (subprocess).
+
+Goals: regulariser_grid >= 10x conv3d and >= 5x TORCH; FMG >= 5x TORCH; FMG to 1e-3 >= 5x
+sooner than PCG; compile <= 45 s.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+KW = dict(membrane=1e-3, bending=0.1, lame=(0.05, 0.2))
+
+
+def data(size, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shape = [size] * 3
+    v = torch.randn(shape + [3], generator=g)
+    grad = torch.randn(shape + [3], generator=g)
+    a = torch.randn(shape + [3, 3], generator=g) * 0.1
+    full = a @ a.transpose(-1, -2) + 1e-2 * torch.eye(3)
+    h = torch.cat([full[..., [0, 1, 2], [0, 1, 2]], full[..., [0, 0, 1], [1, 2, 2]]], -1)
+    return v[None], grad[None], h[None].contiguous()
+
+
+def best_of(fn, repeat, warmup=1):
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def conv_operator():
+    """The regulariser as conv3d weights: (5^3 grouped, [3, 1, 5, 5, 5]) and (3->3, 3^3)."""
+    import nitorch_jit as nj
+    n = 9
+    diag = torch.zeros(3, 1, 5, 5, 5)
+    cross = torch.zeros(3, 3, 3, 3, 3)
+    for src in range(3):
+        e = torch.zeros(1, n, n, n, 3, dtype=torch.float64)
+        e[0, 4, 4, 4, src] = 1
+        col = nj.regulariser_grid(e, bound="dft", **KW)[0]  # column: out[dst] at offsets
+        # conv3d is a correlation: weight[dst, src, k] multiplies x[src, i + k - r]; the
+        # operator is symmetric, so its row at the centre is this column flipped
+        diag[src, 0] = col[2:7, 2:7, 2:7, src].flip([0, 1, 2]).float()
+        for dst in range(3):
+            if dst != src:
+                cross[dst, src] = col[3:6, 3:6, 3:6, dst].flip([0, 1, 2]).float()
+    return diag, cross
+
+
+def conv_regulariser(v, diag, cross):
+    x = v[0].movedim(-1, 0)[None]
+    out = torch.nn.functional.conv3d(torch.nn.functional.pad(x, [2] * 6, mode="circular"),
+                                     diag, groups=3)
+    out = out + torch.nn.functional.conv3d(torch.nn.functional.pad(x, [1] * 6, mode="circular"),
+                                           cross)
+    return out[0].movedim(0, -1)[None]
+
+
+def residual(x, g, h):
+    import nitorch_jit as nj
+    r = g - nj.regulariser_grid(x, hessian=h, **KW)
+    return float(r.double().norm() / g.double().norm())
+
+
+def time_fmg_to(g, h, target, max_cycles=12):
+    import nitorch_jit as nj
+    for cycles in range(1, max_cycles + 1):
+        t = time.perf_counter()
+        x = nj.solve_grid_fmg(h, g, nb_cycles=cycles, **KW)
+        t = time.perf_counter() - t
+        res = residual(x, g, h)
+        if res <= target:
+            return t, cycles, res
+    return float("nan"), max_cycles, res
+
+
+def time_pcg_to(g, h, target, max_iter=4000):
+    import nitorch_jit as nj
+    t = time.perf_counter()
+    x = nj.solve_grid(h, g, max_iter=max_iter, tolerance=target, **KW)
+    t = time.perf_counter() - t
+    return t, residual(x, g, h)
+
+
+def measure(size, repeat, which):
+    """Timings of this process's backend: {'reg': s, 'fmg': s, 'fmg_res': r}."""
+    import nitorch_jit as nj
+    v, g, h = data(size)
+    out = {}
+    nj.regulariser_grid(v[..., :4, :4, :4, :], **KW)  # load / compile outside the timing
+    if "reg" in which:
+        out["reg"] = best_of(lambda: nj.regulariser_grid(v, **KW), repeat)
+    if "fmg" in which:
+        out["fmg"] = best_of(lambda: nj.solve_grid_fmg(h, g, **KW), max(1, repeat // 2))
+        out["fmg_res"] = residual(nj.solve_grid_fmg(h, g, **KW), g, h)
+    return out
+
+
+def subprocess_torch(size, repeat, which):
+    env = dict(os.environ, NI_COMPILED_BACKEND="TORCH")
+    cmd = [sys.executable, __file__, "--worker", ",".join(which), "--size", str(size),
+           "--repeat", str(repeat), "--threads", str(torch.get_num_threads())]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def compile_time():
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NI_JIT_CACHE_DIR=cache)
+        code = ("import time, nitorch_jit.backend as b; t = time.perf_counter(); "
+                "b.load_module('regsolve', 'cpu'); print(time.perf_counter() - t)")
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True)
+        return float(res.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--size", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--no-compile-time", action="store_true")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.worker:
+        print(json.dumps(measure(args.size, args.repeat, args.worker.split(","))))
+        return 0
+
+    import nitorch_jit as nj
+    from nitorch_jit import backend
+    from nitorch_jit.bench import print_table
+    v, g, h = data(args.size)
+    ours = measure(args.size, args.repeat, ["reg", "fmg"])
+    name = backend.status().get(("regsolve", "cpu"), ("?",))[0]
+    print(f"bench_solvers: {args.size}^3 x 3 float32 grid, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}, ours = {name}", flush=True)
+
+    diag, cross = conv_operator()
+    ref = conv_regulariser(v, diag, cross)
+    mine = nj.regulariser_grid(v, **KW)
+    err = float((ref - mine).abs().max() / mine.abs().max())
+    t_conv = best_of(lambda: conv_regulariser(v, diag, cross), args.repeat)
+    copy_dst = torch.empty_like(v)
+    t_copy = best_of(lambda: copy_dst.copy_(v), args.repeat)
+    nbytes = 2 * v.numel() * v.element_size()
+
+    twin = subprocess_torch(args.size, max(1, args.repeat // 2), ["reg", "fmg"])
+    t_fmg_to, cycles, res_fmg = time_fmg_to(g, h, 1e-3)
+    t_pcg_to, res_pcg = time_pcg_to(g, h, 1e-3)
+
+    rows = [
+        ("regulariser_grid", f"{ours['reg'] * 1e3:.1f} ms", "conv3d (grouped 5^3 + 3x3 cross)",
+         f"{t_conv * 1e3:.1f} ms", f"{t_conv / ours['reg']:.1f}x", f"max rel diff {err:.1e}"),
+        ("regulariser_grid", f"{ours['reg'] * 1e3:.1f} ms", "TORCH backend",
+         f"{twin['reg'] * 1e3:.1f} ms", f"{twin['reg'] / ours['reg']:.1f}x", ""),
+        ("regulariser_grid bandwidth", f"{nbytes / ours['reg'] / 1e9:.2f} GB/s", "copy_",
+         f"{nbytes / t_copy / 1e9:.2f} GB/s", f"{t_copy / ours['reg']:.2f} of copy", ""),
+        ("solve_grid_fmg (defaults)", f"{ours['fmg'] * 1e3:.0f} ms", "TORCH backend",
+         f"{twin['fmg'] * 1e3:.0f} ms", f"{twin['fmg'] / ours['fmg']:.1f}x",
+         f"residual {ours['fmg_res']:.1e} / {twin['fmg_res']:.1e}"),
+        ("to residual 1e-3: FMG", f"{t_fmg_to * 1e3:.0f} ms ({cycles} cycles)", "PCG",
+         f"{t_pcg_to * 1e3:.0f} ms", f"{t_pcg_to / t_fmg_to:.1f}x",
+         f"residual {res_fmg:.1e} / {res_pcg:.1e}"),
+    ]
+    if not args.no_compile_time:
+        rows.append(("first-use compile, regsolve CPU", f"{compile_time():.1f} s", "", "", "",
+                     "fresh cache"))
+    print_table(rows, ["routine", "ours", "peer", "peer time", "ratio", "note"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
