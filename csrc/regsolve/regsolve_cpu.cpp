@@ -1,0 +1,656 @@
+// CPU kernels of module "regsolve" (docs/regsolve-spec.md): reg_matvec, reg_precond, reg_relax_.
+//
+// The tap list is decoded and merged once per call (taps equal but for their coefficient add
+// up). reg_matvec works row by row, a row being (b, c_out, every spatial index but the last):
+// each tap's source row is resolved once per row (the non-last axes folded through its bound,
+// which handles border rows), then the interior of the row, where no tap folds along the last
+// axis, is a vectorisable sum of shifted source rows; the first and last two elements go
+// through the generic per-point function (nitorch_jit/regsolve.h). reg_relax_ reuses the row
+// evaluation with a stride, over the voxels of one colour at a time.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nitorch_jit/regsolve.h"
+
+#if defined(_MSC_VER)
+#define NJ_RS_RESTRICT __restrict
+#else
+#define NJ_RS_RESTRICT __restrict__
+#endif
+
+namespace nitorch_jit {
+namespace {
+
+using regsolve::Grid;
+using regsolve::kMaxDim;
+using regsolve::kMaxOffset;
+using regsolve::Tap;
+using regsolve::View;
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+// ------------------------------------------------------------------------- arguments
+struct Shape {
+  int D = 1;
+  int64_t B = 0, C = 0;
+  Grid g;
+  int64_t S = 1;  // voxels per channel
+  int64_t N = 1;  // last spatial size (row length)
+  int64_t R = 1;  // rows per channel
+  int64_t ss[kMaxDim] = {0, 0, 0};  // spatial strides of a contiguous tensor
+};
+
+Shape check_main(const at::Tensor& x, const std::string& op, const char* arg) {
+  TORCH_CHECK(x.device().is_cpu(), op + ": " + arg + " must be a CPU tensor");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble,
+              op + ": " + arg + " must be float32 or float64");
+  TORCH_CHECK(x.dim() >= 3 && x.dim() <= 5, op + ": " + arg +
+              " must have shape [B, C, *S] with 1 to 3 spatial dims, got " + num(x.dim()) +
+              " dims");
+  Shape s;
+  s.D = static_cast<int>(x.dim() - 2);
+  s.B = x.size(0);
+  s.C = x.size(1);
+  s.g.D = s.D;
+  for (int d = s.D - 1; d >= 0; --d) {
+    s.g.n[d] = x.size(2 + d);
+    s.ss[d] = s.S;
+    s.S *= s.g.n[d];
+  }
+  s.N = s.g.n[s.D - 1];
+  s.R = s.N ? s.S / s.N : 0;
+  return s;
+}
+
+// A tensor that goes with x: CPU, same dtype, batch and spatial sizes; returns its channels.
+int64_t check_aux(const at::Tensor& t, const at::Tensor& x, const std::string& op,
+                  const char* arg) {
+  const std::string where = op + ": " + arg;
+  TORCH_CHECK(t.device().is_cpu(), where + " must be a CPU tensor");
+  TORCH_CHECK(t.scalar_type() == x.scalar_type(), where + " must have the dtype of the field");
+  bool ok = t.dim() == x.dim() && t.size(0) == x.size(0);
+  for (int64_t k = 2; ok && k < x.dim(); ++k) ok = t.size(k) == x.size(k);
+  TORCH_CHECK(ok, where + " must have the batch size and spatial shape of the field ([B, *, *S])");
+  return t.size(1);
+}
+
+void check_hessian(const at::Tensor& h, const at::Tensor& x, const Shape& s,
+                   const std::string& op) {
+  const int64_t K = check_aux(h, x, op, "hessian");
+  TORCH_CHECK(K == 1 || K == s.C || K == regsolve::packed_sym_size(s.C),
+              op + ": hessian: " + num(K) + " values per voxel fit no packing for " + num(s.C) +
+              " channels; expected 1 (scalar), " + num(s.C) + " (diagonal) or " +
+              num(regsolve::packed_sym_size(s.C)) + " (symmetric)");
+}
+
+void check_weights(const at::Tensor& w, const at::Tensor& x, const Shape& s,
+                   const std::string& op) {
+  const int64_t K = check_aux(w, x, op, "weights");
+  TORCH_CHECK(K == 1 || K == s.C, op + ": weights must have 1 or " + num(s.C) +
+              " channels, got " + num(K));
+}
+
+bool is_int_in(double v, double lo, double hi) {
+  return std::isfinite(v) && v == std::floor(v) && v >= lo && v <= hi;
+}
+
+// Decodes and validates the flat tap list.
+std::vector<Tap<double>> parse_taps(at::ArrayRef<double> flat, const Shape& s,
+                                    const std::string& op) {
+  const int D = s.D;
+  const int64_t len = regsolve::tap_length(D);
+  const int64_t n = static_cast<int64_t>(flat.size());
+  TORCH_CHECK(n % len == 0, op + ": taps: expected a multiple of 4 + 2D = " + num(len) +
+              " numbers for " + num(D) + " spatial dims, got " + num(n));
+  std::vector<Tap<double>> taps;
+  for (int64_t t = 0; t < n / len; ++t) {
+    const double* v = flat.data() + t * len;
+    const std::string which = op + ": taps: tap " + num(t) + ": ";
+    TORCH_CHECK(is_int_in(v[0], 0, s.C - 1) && is_int_in(v[1], 0, s.C - 1),
+                which + "channel indices must be integers in [0, " + num(s.C) + ")");
+    TORCH_CHECK(is_int_in(v[2], 0, 2), which + "kind must be 0, 1 or 2");
+    TORCH_CHECK(std::isfinite(v[3]), which + "coefficient must be finite");
+    for (int d = 0; d < D; ++d) {
+      TORCH_CHECK(is_int_in(v[4 + d], -kMaxOffset, kMaxOffset),
+                  which + "offsets must be integers in [-2, 2]");
+      TORCH_CHECK(is_int_in(v[4 + D + d], 0, kNumBounds - 1),
+                  which + "bound codes must be integers in [0, 6]");
+    }
+    const Tap<double> tap = regsolve::decode_tap<double>(v, D);
+    bool centred = true;
+    for (int d = 0; d < D; ++d) centred = centred && tap.off[d] == 0;
+    TORCH_CHECK(tap.kind != 1 || tap.c_in == tap.c_out,
+                which + "kind 1 (weighted difference) needs c_in == c_out");
+    TORCH_CHECK(tap.kind != 2 || centred, which + "kind 2 (weighted identity) needs offsets 0");
+    taps.push_back(tap);
+  }
+  return taps;
+}
+
+// ------------------------------------------------------------------------- the plan
+// Border classes along an axis of size n: 0, 1 (the first two indices), 2 (interior: no tap
+// folds there), 3, 4 (the last two). Every voxel of a class has the same self-coupling.
+constexpr int kClasses = 5;
+inline int border_class(int64_t i, int64_t n) {
+  return i < kMaxOffset ? static_cast<int>(i)
+                        : (i >= n - kMaxOffset ? static_cast<int>(kClasses - n + i) : kMaxOffset);
+}
+
+template <typename T>
+struct Plan {
+  std::vector<Tap<T>> taps;     // merged, ordered by c_out
+  std::vector<int> first;       // the taps of c_out: [first[c], first[c + 1])
+  int max_taps = 0;             // most taps of one c_out
+  std::vector<int64_t> delta;   // per tap: spatial offset of its neighbour row, no folding
+  // per tap, the border elements e of a row along the last axis (k < lo: e = k; k >= hi:
+  // e = lo + k - hi): k + offset folded, index and sign
+  std::vector<int64_t> edge_j;  // [tap][4]
+  std::vector<T> edge_s;        // [tap][4]
+  std::vector<Tap<T>> weighted; // kind 1 and 2 (their self-coupling depends on the weights)
+  std::vector<T> self;          // [class combination][C][C]: L_vv of the kind 0 taps
+};
+template <typename T>
+Plan<T> make_plan(const std::vector<Tap<double>>& raw, const Shape& s, bool has_weights) {
+  const int D = s.D;
+  // key: c_out, c_in, kind, offsets, bounds (ignored where the offset is 0: never folds)
+  using Key = std::array<int, 3 + 2 * kMaxDim>;
+  std::map<Key, double> merged;
+  auto add = [&](const Tap<double>& t, int kind, double coef, bool centre) {
+    Key k{};
+    k[0] = t.c_out;
+    k[1] = t.c_in;
+    k[2] = kind;
+    for (int d = 0; d < D; ++d) {
+      const int off = centre ? 0 : t.off[d];
+      k[3 + d] = off;
+      k[3 + kMaxDim + d] = off ? t.bound[d] : 0;
+    }
+    merged[k] += coef;
+  };
+  for (const auto& t : raw) {
+    if (t.kind == 0 || has_weights) {
+      add(t, t.kind, t.coef, false);
+    } else if (t.kind == 1) {  // no weights: omega = 1, i.e. coef * (x_i - s * x_n)
+      add(t, 0, t.coef, true);
+      add(t, 0, -t.coef, false);
+    } else {
+      add(t, 0, t.coef, true);
+    }
+  }
+  Plan<T> p;
+  p.first.assign(s.C + 1, 0);
+  std::vector<Tap<T>> plain;  // kind 0
+  const int64_t lo = std::min<int64_t>(kMaxOffset, s.N), hi = std::max(lo, s.N - kMaxOffset);
+  for (const auto& kv : merged) {
+    if (kv.second == 0.0) continue;
+    const Key& k = kv.first;
+    Tap<T> t;
+    t.c_out = k[0];
+    t.c_in = k[1];
+    t.kind = k[2];
+    t.coef = static_cast<T>(kv.second);
+    int64_t delta = 0;
+    for (int d = 0; d < D; ++d) {
+      t.off[d] = k[3 + d];
+      t.bound[d] = k[3 + kMaxDim + d];
+      if (d < D - 1) delta += t.off[d] * s.ss[d];
+    }
+    p.taps.push_back(t);
+    p.delta.push_back(delta);
+    p.first[t.c_out + 1]++;
+    for (int64_t e = 0; e < 4; ++e) {
+      const int64_t kk = e < lo ? e : hi + e - lo;
+      int sg = 0;
+      int64_t j = 0;
+      if (kk < s.N) j = t.off[D - 1] ? fold_index(kk + t.off[D - 1], s.N, t.bound[D - 1], sg)
+                                     : (sg = 1, kk);
+      p.edge_j.push_back(j);
+      p.edge_s.push_back(T(sg));
+    }
+    (t.kind == 0 ? plain : p.weighted).push_back(t);
+  }
+  for (int64_t c = 0; c < s.C; ++c) {
+    p.max_taps = std::max(p.max_taps, p.first[c + 1]);
+    p.first[c + 1] += p.first[c];
+  }
+  // self-coupling of the plain taps per class combination, at one voxel of each
+  int64_t ncomb = 1;
+  std::vector<std::vector<int64_t>> reps(D);  // per axis: one index of each class
+  for (int d = 0; d < D; ++d) {
+    ncomb *= kClasses;
+    const int64_t n = s.g.n[d];
+    std::vector<int64_t>& r = reps[d];
+    for (int64_t i = 0; i < std::min<int64_t>(n, kMaxOffset); ++i) r.push_back(i);
+    if (n > 2 * kMaxOffset) r.push_back(kMaxOffset);
+    for (int64_t i = std::max<int64_t>(kMaxOffset, n - kMaxOffset); i < n; ++i) r.push_back(i);
+  }
+  p.self.assign(ncomb * s.C * s.C, T(0));
+  int64_t pick[kMaxDim] = {0, 0, 0}, i[kMaxDim];
+  for (bool more = true; more;) {
+    int64_t comb = 0;
+    for (int d = 0; d < D; ++d) {
+      i[d] = reps[d][pick[d]];
+      comb = comb * kClasses + border_class(i[d], s.g.n[d]);
+    }
+    regsolve::add_self_block(plain.data(), static_cast<int>(plain.size()), i, s.g, View<T>(),
+                             s.C, p.self.data() + comb * s.C * s.C);
+    more = false;  // next combination, the last axis fastest
+    for (int d = D - 1; d >= 0 && !more; --d) {
+      if (++pick[d] < static_cast<int64_t>(reps[d].size())) more = true;
+      else pick[d] = 0;
+    }
+  }
+  return p;
+}
+
+// ------------------------------------------------------------------------- one call
+// Contiguous data of one call: x [B, C, *S], w [B, wc, *S] or null, h [B, K, *S] or null.
+template <typename T>
+struct Op {
+  const Plan<T>& P;
+  const Shape& s;
+  const T* x;
+  const T* w;
+  int64_t wc;
+  const T* h;
+  int64_t K;
+
+  View<T> view(const T* base, int64_t nc, int64_t b) const {
+    View<T> v;
+    if (!base) return v;
+    v.p = base + b * nc * s.S;
+    v.nc = nc;
+    v.sc = s.S;
+    for (int d = 0; d < s.D; ++d) v.s[d] = s.ss[d];
+    return v;
+  }
+  // no tap folds along the non-last axes of this row
+  bool inner_row(const int64_t* ridx) const {
+    for (int d = 0; d + 1 < s.D; ++d)
+      if (ridx[d] < kMaxOffset || ridx[d] >= s.g.n[d] - kMaxOffset) return false;
+    return true;
+  }
+  // A = H_v + L_vv at voxel i (offset o in its batch)
+  void block(int64_t b, const int64_t* i, int64_t o, T* A) const {
+    int64_t comb = 0;
+    for (int d = 0; d < s.D; ++d) comb = comb * kClasses + border_class(i[d], s.g.n[d]);
+    const T* src = P.self.data() + comb * s.C * s.C;
+    std::copy(src, src + s.C * s.C, A);
+    regsolve::add_hess_block(view(h, K, b), s.C, o, A);
+    if (!P.weighted.empty())
+      regsolve::add_self_block(P.weighted.data(), static_cast<int>(P.weighted.size()), i, s.g,
+                               view(w, wc, b), s.C, A);
+  }
+};
+
+template <typename T>
+struct Scratch {
+  std::vector<const T*> ps;
+  std::vector<T> cs;
+  explicit Scratch(int n) : ps(n), cs(n) {}
+};
+
+// o[m] += sum_t cs[t] * ps[t][m * st], four taps per pass over o (fewer loads and stores of o)
+template <typename T, bool UNIT>
+inline void sum_taps(T* NJ_RS_RESTRICT o, int64_t cnt, int64_t st, const T* const* ps,
+                     const T* cs, int n) {
+  int t = 0;
+  for (; t + 4 <= n; t += 4) {
+    const T* NJ_RS_RESTRICT p0 = ps[t];
+    const T* NJ_RS_RESTRICT p1 = ps[t + 1];
+    const T* NJ_RS_RESTRICT p2 = ps[t + 2];
+    const T* NJ_RS_RESTRICT p3 = ps[t + 3];
+    const T c0 = cs[t], c1 = cs[t + 1], c2 = cs[t + 2], c3 = cs[t + 3];
+    for (int64_t m = 0; m < cnt; ++m) {
+      const int64_t q = UNIT ? m : m * st;
+      o[m] += c0 * p0[q] + c1 * p1[q] + c2 * p2[q] + c3 * p3[q];
+    }
+  }
+  for (; t < n; ++t) {
+    const T* NJ_RS_RESTRICT p0 = ps[t];
+    const T c0 = cs[t];
+    for (int64_t m = 0; m < cnt; ++m) o[m] += c0 * p0[UNIT ? m : m * st];
+  }
+}
+
+// o[m] = (L x + H x)[c_out] at elements k = k0 + m * st (m < M) of the row of batch b at
+// non-last indices ridx, whose first element has spatial offset soff.
+template <typename T, bool UNIT>
+void eval_row(const Op<T>& op, int64_t b, const int64_t* ridx, int64_t soff, int c_out,
+              int64_t k0, int64_t st, int64_t M, T* NJ_RS_RESTRICT o, Scratch<T>& sc) {
+  const Shape& s = op.s;
+  const Plan<T>& P = op.P;
+  const int D = s.D;
+  const int64_t S = s.S, N = s.N;
+  const T* xb = op.x + b * s.C * S;
+  const T* xr = xb + c_out * S + soff + k0;  // x[c_out] at element k0 (q = m * st)
+  const T* wc = op.w ? op.w + (b * op.wc + (op.wc == 1 ? 0 : c_out)) * S : nullptr;
+  const T* wr = wc ? wc + soff + k0 : nullptr;  // its weights
+  // interior elements m in [m0, m1), k in [lo, hi): no tap folds along the last axis
+  const int64_t lo = std::min<int64_t>(kMaxOffset, N), hi = std::max(lo, N - kMaxOffset);
+  const int64_t m1 = hi <= k0 ? 0 : std::min(M, (hi - k0 + st - 1) / st);
+  const int64_t m0 = k0 >= lo ? 0 : std::min(m1, (lo - k0 + st - 1) / st);
+  const int64_t cnt = m1 - m0;
+  auto each = [&](int64_t from, int64_t to, auto&& f) {
+    for (int64_t m = from; m < to; ++m) f(m, UNIT ? m : m * st);
+  };
+  auto edges = [&](auto&& f) {  // border elements: f(m, k, e)
+    for (int64_t m = 0; m < m0; ++m) f(m, k0 + m * st, k0 + m * st);
+    for (int64_t m = m1; m < M; ++m) f(m, k0 + m * st, lo + k0 + m * st - hi);
+  };
+  for (int64_t m = 0; m < M; ++m) o[m] = T(0);
+  // the Hessian and kind 2 taps fold nowhere: every element at once
+  if (op.h) {
+    const T* hb = op.h + b * op.K * S + soff + k0;
+    if (op.K == 1 || op.K == s.C) {
+      const T* hr = hb + (op.K == 1 ? 0 : c_out) * S;
+      each(0, M, [&](int64_t m, int64_t q) { o[m] += hr[q] * xr[q]; });
+    } else {
+      for (int64_t c = 0; c < s.C; ++c) {
+        const T* hr = hb + regsolve::packed_index(c_out, c, s.C) * S;
+        const T* xc = xb + c * S + soff + k0;
+        each(0, M, [&](int64_t m, int64_t q) { o[m] += hr[q] * xc[q]; });
+      }
+    }
+  }
+  const bool inner = op.inner_row(ridx);
+  int n0 = 0;
+  for (int t = P.first[c_out]; t < P.first[c_out + 1]; ++t) {
+    const Tap<T>& tap = P.taps[t];
+    const T coef = tap.coef;
+    if (tap.kind == 2) {
+      const T* xc = xb + tap.c_in * S + soff + k0;
+      each(0, M, [&](int64_t m, int64_t q) { o[m] += coef * wr[q] * xc[q]; });
+      continue;
+    }
+    // the neighbour row: the non-last axes folded (the identity on inner rows)
+    int sg = 1;
+    int64_t nrow = soff + P.delta[t];
+    if (!inner) {
+      nrow = 0;
+      for (int d = 0; d + 1 < D; ++d) {
+        int sd = 1;
+        const int64_t j =
+            tap.off[d] ? fold_index(ridx[d] + tap.off[d], s.g.n[d], tap.bound[d], sd) : ridx[d];
+        sg *= sd;
+        nrow += j * s.ss[d];
+      }
+    }
+    const int64_t* ej = P.edge_j.data() + 4 * t;
+    const T* es = P.edge_s.data() + 4 * t;
+    const int64_t shift = nrow - soff + tap.off[D - 1];  // element k reads k + shift (inside)
+    if (tap.kind == 0) {
+      if (!sg) continue;
+      const T* xn = xb + tap.c_in * S + nrow;  // the neighbour row, from its element 0
+      const T cs = coef * T(sg);
+      edges([&](int64_t m, int64_t, int64_t e) { o[m] += cs * es[e] * xn[ej[e]]; });
+      if (cnt > 0) {
+        sc.ps[n0] = xn + (k0 + m0 * st) + tap.off[D - 1];
+        sc.cs[n0++] = cs;
+      }
+      continue;
+    }
+    // kind 1: coef * omega * (x_i - s x_n), omega = (w_i + w~_n) / 2, w~_n = w_i where s = 0
+    const T half = T(0.5) * coef;
+    if (!sg) {
+      each(0, M, [&](int64_t m, int64_t q) { o[m] += coef * wr[q] * xr[q]; });
+      continue;
+    }
+    const T* xn = xb + c_out * S + nrow;
+    const T* wn = wc + nrow;
+    edges([&](int64_t m, int64_t k, int64_t e) {
+      const T sgn = T(sg) * es[e], wi = wr[k - k0];
+      o[m] += sgn != T(0) ? half * (wi + wn[ej[e]]) * (xr[k - k0] - sgn * xn[ej[e]])
+                          : coef * wi * xr[k - k0];
+    });
+    const T sgn = T(sg);
+    each(m0, m1, [&](int64_t m, int64_t q) {
+      o[m] += half * (wr[q] + wr[q + shift]) * (xr[q] - sgn * xr[q + shift]);
+    });
+  }
+  if (cnt > 0) sum_taps<T, UNIT>(o + m0, cnt, st, sc.ps.data(), sc.cs.data(), n0);
+}
+
+// Every element through the generic per-point function (NI_JIT_REGSOLVE_GENERIC=1: a check of
+// regsolve.h, which the CUDA kernels share).
+template <typename T>
+void eval_row_generic(const Op<T>& op, int64_t b, const int64_t* ridx, int c_out, int64_t k0,
+                      int64_t st, int64_t M, T* o) {
+  const Shape& s = op.s;
+  const Plan<T>& P = op.P;
+  int64_t i[kMaxDim];
+  for (int d = 0; d + 1 < s.D; ++d) i[d] = ridx[d];
+  const View<T> xv = op.view(op.x, s.C, b), wv = op.view(op.w, op.wc, b),
+                hv = op.view(op.h, op.K, b);
+  const int t0 = P.first[c_out], nt = P.first[c_out + 1] - t0;
+  for (int64_t m = 0; m < M; ++m) {
+    i[s.D - 1] = k0 + m * st;
+    o[m] = regsolve::point_value(P.taps.data() + t0, nt, c_out, i, s.g, xv, wv, hv, s.C);
+  }
+}
+
+bool generic_requested() {
+  const char* env = std::getenv("NI_JIT_REGSOLVE_GENERIC");
+  return env && *env && *env != '0';
+}
+
+// index of row rr (0 <= rr < R) along the non-last axes
+inline void row_index(const Shape& s, int64_t rr, int64_t* ridx) {
+  for (int d = s.D - 2; d >= 0; --d) {
+    ridx[d] = rr % s.g.n[d];
+    rr /= s.g.n[d];
+  }
+}
+
+template <typename T>
+void matvec_kernel(const Op<T>& op, T* out) {
+  const Shape& s = op.s;
+  const int64_t rows = s.B * s.C * s.R;
+  const int64_t work = s.N * (op.P.max_taps + 1);
+  const bool generic = generic_requested();
+  at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / work), [&](int64_t r0, int64_t r1) {
+    Scratch<T> sc(op.P.max_taps);
+    int64_t ridx[kMaxDim];
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t rr = r % s.R, bc = r / s.R, b = bc / s.C;
+      const int c = static_cast<int>(bc % s.C);
+      row_index(s, rr, ridx);
+      if (generic)
+        eval_row_generic<T>(op, b, ridx, c, 0, 1, s.N, out + r * s.N);
+      else
+        eval_row<T, true>(op, b, ridx, rr * s.N, c, 0, 1, s.N, out + r * s.N, sc);
+    }
+  });
+}
+
+template <typename T>
+void precond_kernel(const Op<T>& op, const T* r, T* z) {
+  const Shape& s = op.s;
+  const int64_t C = s.C, N = s.N;
+  at::parallel_for(0, s.B * s.R, std::max<int64_t>(1, 4096 / (N * C)), [&](int64_t r0, int64_t r1) {
+    std::vector<T> A(C * C), v(C);
+    int64_t i[kMaxDim];
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t b = row / s.R, rr = row % s.R;
+      row_index(s, rr, i);
+      for (int64_t k = 0; k < N; ++k) {
+        i[s.D - 1] = k;
+        const int64_t o = rr * N + k;
+        op.block(b, i, o, A.data());
+        for (int64_t c = 0; c < C; ++c) v[c] = r[(b * C + c) * s.S + o];
+        regsolve::chol_solve(A.data(), C, v.data());
+        for (int64_t c = 0; c < C; ++c) z[(b * C + c) * s.S + o] = v[c];
+      }
+    }
+  });
+}
+
+// One colour of a Gauss-Seidel sweep: every voxel i with i_d = col_d (mod per_d), at once.
+template <typename T>
+void relax_colour(const Op<T>& op, T* x, const T* g, const int64_t* col, const int64_t* per,
+                  bool generic) {
+  const Shape& s = op.s;
+  const int D = s.D;
+  const int64_t C = s.C;
+  int64_t cnt[kMaxDim], rows = s.B;  // voxels of the colour along each axis
+  for (int d = 0; d < D; ++d) {
+    cnt[d] = col[d] < s.g.n[d] ? (s.g.n[d] - col[d] + per[d] - 1) / per[d] : 0;
+    if (d + 1 < D) rows *= cnt[d];
+  }
+  const int64_t M = cnt[D - 1], k0 = col[D - 1], st = per[D - 1];
+  if (rows == 0 || M == 0) return;
+  const int64_t work = M * C * (op.P.max_taps + C + 1);
+  at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / work), [&](int64_t r0, int64_t r1) {
+    Scratch<T> sc(op.P.max_taps);
+    std::vector<T> res(C * M), A(C * C), v(C);
+    int64_t i[kMaxDim];
+    for (int64_t row = r0; row < r1; ++row) {
+      int64_t q = row, soff = 0;
+      for (int d = D - 2; d >= 0; --d) {
+        i[d] = col[d] + (q % cnt[d]) * per[d];
+        q /= cnt[d];
+        soff += i[d] * s.ss[d];
+      }
+      const int64_t b = q;
+      // residuals first: no tap couples two voxels of a colour, so the updates cannot race
+      for (int c = 0; c < C; ++c) {
+        T* rc = res.data() + c * M;
+        if (generic)
+          eval_row_generic<T>(op, b, i, c, k0, st, M, rc);
+        else if (st == 1)
+          eval_row<T, true>(op, b, i, soff, c, k0, 1, M, rc, sc);
+        else
+          eval_row<T, false>(op, b, i, soff, c, k0, st, M, rc, sc);
+      }
+      for (int64_t m = 0; m < M; ++m) {
+        const int64_t k = k0 + m * st, o = soff + k;
+        i[D - 1] = k;
+        op.block(b, i, o, A.data());
+        for (int64_t c = 0; c < C; ++c) v[c] = g[(b * C + c) * s.S + o] - res[c * M + m];
+        regsolve::chol_solve(A.data(), C, v.data());
+        for (int64_t c = 0; c < C; ++c) x[(b * C + c) * s.S + o] += v[c];
+      }
+    }
+  });
+}
+
+// ------------------------------------------------------------------------- the ops
+struct Inputs {
+  Shape s;
+  std::vector<Tap<double>> taps;
+  at::Tensor h, w;  // contiguous, or undefined
+};
+
+Inputs prepare(const at::Tensor& x, const std::optional<at::Tensor>& hessian,
+               const std::optional<at::Tensor>& weights, at::ArrayRef<double> taps,
+               const std::string& op, const char* xname) {
+  Inputs in;
+  in.s = check_main(x, op, xname);
+  if (hessian.has_value() && hessian->defined()) {
+    check_hessian(*hessian, x, in.s, op);
+    in.h = hessian->contiguous();
+  }
+  if (weights.has_value() && weights->defined()) {
+    check_weights(*weights, x, in.s, op);
+    in.w = weights->contiguous();
+  }
+  in.taps = parse_taps(taps, in.s, op);
+  return in;
+}
+
+template <typename T>
+const T* ptr(const at::Tensor& t) {
+  return t.defined() ? t.const_data_ptr<T>() : nullptr;
+}
+
+template <typename T>
+Op<T> make_op(const Plan<T>& P, const Inputs& in, const at::Tensor& x) {
+  return Op<T>{P, in.s, x.const_data_ptr<T>(), ptr<T>(in.w), in.w.defined() ? in.w.size(1) : 0,
+               ptr<T>(in.h), in.h.defined() ? in.h.size(1) : 0};
+}
+
+at::Tensor reg_matvec(const at::Tensor& x_, const std::optional<at::Tensor>& hessian,
+                      const std::optional<at::Tensor>& weights, at::ArrayRef<double> taps) {
+  const Inputs in = prepare(x_, hessian, weights, taps, "reg_matvec", "x");
+  const at::Tensor x = x_.contiguous();
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  if (out.numel() == 0) return out;
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "reg_matvec", [&] {
+    const Plan<scalar_t> P = make_plan<scalar_t>(in.taps, in.s, in.w.defined());
+    matvec_kernel<scalar_t>(make_op<scalar_t>(P, in, x), out.data_ptr<scalar_t>());
+  });
+  return out;
+}
+
+at::Tensor reg_precond(const at::Tensor& r_, const std::optional<at::Tensor>& hessian,
+                       const std::optional<at::Tensor>& weights, at::ArrayRef<double> taps) {
+  const Inputs in = prepare(r_, hessian, weights, taps, "reg_precond", "r");
+  const at::Tensor r = r_.contiguous();
+  at::Tensor z = at::empty(r.sizes(), r.options());
+  if (z.numel() == 0) return z;
+  AT_DISPATCH_FLOATING_TYPES(r.scalar_type(), "reg_precond", [&] {
+    const Plan<scalar_t> P = make_plan<scalar_t>(in.taps, in.s, in.w.defined());
+    precond_kernel<scalar_t>(make_op<scalar_t>(P, in, r), r.const_data_ptr<scalar_t>(),
+                             z.data_ptr<scalar_t>());
+  });
+  return z;
+}
+
+void reg_relax_(at::Tensor& x, const std::optional<at::Tensor>& hessian,
+                const at::Tensor& gradient_, const std::optional<at::Tensor>& weights,
+                at::ArrayRef<double> taps, at::IntArrayRef period, int64_t nb_iter) {
+  const std::string op = "reg_relax_";
+  const Inputs in = prepare(x, hessian, weights, taps, op, "x");
+  const Shape& s = in.s;
+  TORCH_CHECK(check_aux(gradient_, x, op, "gradient") == s.C,
+              op + ": gradient must have the shape of x");
+  TORCH_CHECK(static_cast<int64_t>(period.size()) == s.D,
+              op + ": period must have one value per spatial dim (" + num(s.D) + "), got " +
+              num(static_cast<int64_t>(period.size())));
+  for (int64_t p : period) TORCH_CHECK(p >= 1, op + ": period values must be >= 1");
+  TORCH_CHECK(nb_iter >= 0, op + ": nb_iter must be >= 0, got " + num(nb_iter));
+  if (x.numel() == 0 || nb_iter == 0) return;
+  const at::Tensor g = gradient_.contiguous();
+  at::Tensor xc = x.is_contiguous() ? x : x.contiguous();  // work on a copy, copied back
+  int64_t per[kMaxDim] = {1, 1, 1}, ncol = 1;
+  for (int d = 0; d < s.D; ++d) {
+    per[d] = period[d];
+    ncol *= per[d];
+  }
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "reg_relax_", [&] {
+    const Plan<scalar_t> P = make_plan<scalar_t>(in.taps, s, in.w.defined());
+    const Op<scalar_t> o = make_op<scalar_t>(P, in, xc);
+    scalar_t* xp = xc.data_ptr<scalar_t>();
+    const bool generic = generic_requested();
+    for (int64_t it = 0; it < nb_iter; ++it)
+      for (int64_t c = 0; c < ncol; ++c) {  // colours in lexicographic order
+        int64_t col[kMaxDim], q = c;
+        for (int d = s.D - 1; d >= 0; --d) {
+          col[d] = q % per[d];
+          q /= per[d];
+        }
+        relax_colour<scalar_t>(o, xp, g.const_data_ptr<scalar_t>(), col, per, generic);
+      }
+  });
+  if (!xc.is_same(x)) x.copy_(xc);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
+  m.impl("reg_matvec", &reg_matvec);
+  m.impl("reg_precond", &reg_precond);
+  m.impl("reg_relax_", &reg_relax_);
+}
+
+}  // namespace nitorch_jit

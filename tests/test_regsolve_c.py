@@ -1,0 +1,469 @@
+"""The compiled CPU regsolve kernels (csrc/regsolve) against the pure-PyTorch twin.
+
+Checks: reg_matvec, reg_precond and reg_relax_ == nitorch_jit/torch_impl/regsolve.py to 1e-10
+in float64, on random tap lists (every kind, offsets within +-2, every bound per axis, cross-
+channel taps) and on the realistic ones of ops.regularisers.taps; D = 1, 2, 3; sizes 1, 2, 3,
+5, 8 (rows with and without an interior); K = 1, C, C(C+1)/2; weights of 1 and C channels;
+float32; non-contiguous inputs; relax in place, also on a non-contiguous x; singular voxel
+blocks; the generic per-point path of regsolve.h (NI_JIT_REGSOLVE_GENERIC=1) and the header
+compiled on its own; bad arguments raising RuntimeError that names the argument. The contract
+is docs/regsolve-spec.md.
+"""
+import itertools
+import os
+import random
+
+import pytest
+import torch
+
+from nitorch_jit import backend
+from nitorch_jit.torch_impl import regsolve as twin
+
+F64 = torch.float64
+SIZES = [1, 2, 3, 5, 8]
+BOUNDS = [2, 3, 4, 5, 6]  # dct2, dst1, dst2, dft, zero (replicate and dct1: refused upstream)
+
+try:
+    from nitorch_jit.ops.regularisers import taps as real_taps
+except ImportError:  # pragma: no cover
+    real_taps = None
+
+
+@pytest.fixture(scope="module")
+def C():
+    """torch.ops.nitorch_jit with the compiled CPU kernels of "regsolve" registered."""
+    backend.load_module("regsolve", "cpu")
+    return torch.ops.nitorch_jit
+
+
+# ----------------------------------------------------------------------------- helpers
+def random_taps(rng, dim, chans, n, kinds=(0,), bounds=BOUNDS):
+    """n random taps: kind 1 with c_in == c_out, kind 2 with offsets 0."""
+    flat = []
+    for _ in range(n):
+        kind = rng.choice(kinds)
+        co = rng.randrange(chans)
+        ci = co if kind == 1 else rng.randrange(chans)
+        offs = [0] * dim if kind == 2 else [rng.randint(-2, 2) for _ in range(dim)]
+        bnds = [rng.choice(bounds) for _ in range(dim)]
+        flat += [co, ci, kind, rng.uniform(-1, 1)] + offs + bnds
+    return [float(v) for v in flat]
+
+
+def only_kind0(flat, dim):
+    n = 4 + 2 * dim
+    return [v for i in range(0, len(flat), n) if flat[i + 2] == 0 for v in flat[i:i + n]]
+
+
+def periods(flat, shape):
+    """Colours such that no tap couples two voxels of one colour (spec §4)."""
+    dim = len(shape)
+    n = 4 + 2 * dim
+    taps = [flat[i:i + n] for i in range(0, len(flat), n)]
+    r = max([abs(int(t[4 + d])) for t in taps for d in range(dim)], default=0)
+    out = []
+    for d, size in enumerate(shape):
+        p = r + 1
+        if r and any(t[4 + dim + d] == 5 for t in taps) and size > p:
+            while 1 <= size % p <= r:
+                p += 1
+        out.append(p)
+    return out
+
+
+def spd_hessian(batch, chans, shape, k, dtype=F64):
+    """A packed voxel-wise Hessian with k values, positive definite (diagonally dominant)."""
+    h = torch.rand(batch, k, *shape, dtype=dtype)
+    if k > chans:
+        h[:, chans:] -= 0.5
+    h[:, :chans] += chans
+    return h
+
+
+def close(a, b, tol=1e-10):
+    scale = max(1.0, b.abs().max().item()) if b.numel() else 1.0
+    err = (a - b).abs().max().item() if b.numel() else 0.0
+    return err <= tol * scale, err
+
+
+def realistic(dim, chans, bnd, grid=False, weighted=False, vs=(1.0, 1.7, 0.6)):
+    if real_taps is None:
+        pytest.skip("ops.regularisers.taps is not there yet")
+    vs = list(vs[:dim])
+    if grid:
+        return real_taps(dim, dim, 0.1, 0.3, 0.2, vs, bnd, lame=(0.4, 0.7), grid=True)
+    a = [0.1 * (c + 1) for c in range(chans)]
+    m = [0.3 + 0.1 * c for c in range(chans)]
+    b = [0.0 if weighted else 0.2 * (c + 1) for c in range(chans)]
+    return real_taps(dim, chans, a, m, b, vs, bnd, weighted=weighted)
+
+
+# ----------------------------------------------------------------------------- matvec
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_matvec_random_taps(C, dim):
+    """Every size on every axis (rows without an interior, with one) and every bound."""
+    rng = random.Random(dim)
+    torch.manual_seed(dim)
+    shapes = [list(s) for s in itertools.product(SIZES, repeat=dim)]
+    if dim == 3:  # a subset, every size on every axis
+        shapes = [[a, b, c] for a, b, c in zip(SIZES, SIZES[2:] + SIZES[:2], SIZES[::-1])]
+        shapes += [[8, 5, 8], [1, 8, 2], [5, 1, 1]]
+    for shape, chans in itertools.product(shapes, [1, 3]):
+        for kinds, wch in [((0,), None), ((0, 1, 2), 1), ((0, 1, 2), chans)]:
+            flat = random_taps(rng, dim, chans, 12 * chans, kinds)
+            x = torch.randn(2, chans, *shape, dtype=F64)
+            w = None if wch is None else torch.rand(2, wch, *shape, dtype=F64)
+            for k in sorted({1, chans, chans * (chans + 1) // 2}):
+                h = torch.randn(2, k, *shape, dtype=F64)
+                a = C.reg_matvec(x, h, w, flat)
+                ok, err = close(a, twin.reg_matvec(x, h, w, flat))
+                assert ok, (shape, chans, kinds, wch, k, err)
+            ok, err = close(C.reg_matvec(x, None, w, flat), twin.reg_matvec(x, None, w, flat))
+            assert ok, (shape, chans, kinds, wch, err)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_matvec_every_bound_per_axis(C, dim):
+    """One bound per axis (each code, also replicate and dct1, which the kernels accept)."""
+    rng = random.Random(10 + dim)
+    torch.manual_seed(10 + dim)
+    shape = [5, 3, 8][:dim]
+    x = torch.randn(1, 2, *shape, dtype=F64)
+    w = torch.rand(1, 2, *shape, dtype=F64)
+    for codes in itertools.product(range(7), repeat=dim):
+        if dim == 3 and len(set(codes)) > 1 and rng.random() > 0.1:
+            continue
+        flat = random_taps(rng, dim, 2, 20, (0, 1, 2), bounds=[0])
+        n = 4 + 2 * dim
+        for t in range(0, len(flat), n):
+            flat[t + 4 + dim:t + n] = [float(c) for c in codes]
+        ok, err = close(C.reg_matvec(x, None, w, flat), twin.reg_matvec(x, None, w, flat))
+        assert ok, (codes, err)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_matvec_realistic(C, dim):
+    torch.manual_seed(20 + dim)
+    shape = [8, 5, 7][:dim]
+    for bnd in BOUNDS:
+        bnds = [bnd] * dim
+        cases = [(realistic(dim, 2, bnds), 2, None),
+                 (realistic(dim, dim, bnds, grid=True), dim, None),
+                 (realistic(dim, 2, bnds, weighted=True), 2, 1),
+                 (realistic(dim, 2, bnds, weighted=True), 2, 2)]
+        for flat, chans, wch in cases:
+            x = torch.randn(2, chans, *shape, dtype=F64)
+            w = None if wch is None else torch.rand(2, wch, *shape, dtype=F64)
+            h = spd_hessian(2, chans, shape, chans * (chans + 1) // 2)
+            ok, err = close(C.reg_matvec(x, h, w, flat), twin.reg_matvec(x, h, w, flat))
+            assert ok, (bnd, chans, wch, err)
+            # L is symmetric: <y, L x> == <L y, x>
+            y = torch.randn_like(x)
+            lhs = (y * C.reg_matvec(x, None, w, flat)).sum()
+            rhs = (C.reg_matvec(y, None, w, flat) * x).sum()
+            assert torch.isclose(lhs, rhs, rtol=1e-10, atol=1e-10), (bnd, chans, wch)
+
+
+def test_matvec_mixed_bounds_long_rows(C):
+    """Rows long enough for the vectorised interior, mixed bounds, 3 channels, both dtypes."""
+    torch.manual_seed(3)
+    flat = realistic(3, 3, [3, 5, 4], grid=True) + random_taps(random.Random(3), 3, 3, 30)
+    x = torch.randn(1, 3, 6, 7, 37, dtype=F64)
+    h = spd_hessian(1, 3, [6, 7, 37], 6)
+    ref = twin.reg_matvec(x, h, None, flat)
+    ok, err = close(C.reg_matvec(x, h, None, flat), ref)
+    assert ok, err
+    ok, err = close(C.reg_matvec(x.float(), h.float(), None, flat).double(), ref, 1e-5)
+    assert ok, err
+
+
+def test_matvec_noncontiguous_and_float32(C):
+    torch.manual_seed(4)
+    flat = random_taps(random.Random(4), 3, 3, 30, (0, 1, 2))
+    base = torch.randn(3, 2, 9, 5, 14, dtype=F64)
+    x = base.permute(1, 0, 4, 3, 2)[:, :, ::2]            # [2, 3, 7, 5, 9], non-contiguous
+    h = torch.randn(2, 7, 5, 9, 6, dtype=F64).movedim(-1, 1)
+    w = torch.rand(2, 7, 5, 9, 3, dtype=F64).movedim(-1, 1)
+    assert not (x.is_contiguous() or h.is_contiguous() or w.is_contiguous())
+    ref = twin.reg_matvec(x.contiguous(), h.contiguous(), w.contiguous(), flat)
+    out = C.reg_matvec(x, h, w, flat)
+    assert out.is_contiguous() and out.shape == x.shape
+    ok, err = close(out, ref)
+    assert ok, err
+    out32 = C.reg_matvec(x.float(), h.float(), w.float(), flat)
+    assert out32.dtype == torch.float32
+    ok, err = close(out32.double(), ref, 1e-5)
+    assert ok, err
+
+
+def test_matvec_unweighted_kinds_read_weight_one(C):
+    """Kind 1 and 2 taps without weights: w = 1."""
+    torch.manual_seed(5)
+    flat = random_taps(random.Random(5), 2, 2, 20, (0, 1, 2))
+    x = torch.randn(2, 2, 6, 5, dtype=F64)
+    ones = torch.ones(2, 1, 6, 5, dtype=F64)
+    ok, err = close(C.reg_matvec(x, None, None, flat), twin.reg_matvec(x, None, ones, flat))
+    assert ok, err
+    ok, err = close(C.reg_precond(x, None, None, flat), twin.reg_precond(x, None, ones, flat))
+    assert ok, err
+
+
+def test_matvec_no_taps_and_empty(C):
+    x = torch.randn(2, 3, 4, 5, dtype=F64)
+    h = torch.rand(2, 6, 4, 5, dtype=F64)
+    assert torch.allclose(C.reg_matvec(x, h, None, []), twin.sym_matvec(h, x), atol=1e-12)
+    assert C.reg_matvec(x, None, None, []).abs().max() == 0
+    e = torch.randn(0, 3, 4, 5, dtype=F64)
+    assert C.reg_matvec(e, None, None, [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 2.0, 2.0]).shape == e.shape
+
+
+def test_generic_point_path(C, monkeypatch):
+    """NI_JIT_REGSOLVE_GENERIC=1: every element through regsolve.h's point_value."""
+    torch.manual_seed(6)
+    rng = random.Random(6)
+    monkeypatch.setenv("NI_JIT_REGSOLVE_GENERIC", "1")
+    for dim, shape in [(1, [7]), (2, [5, 8]), (3, [3, 8, 5])]:
+        flat = random_taps(rng, dim, 3, 40, (0, 1, 2))
+        x = torch.randn(2, 3, *shape, dtype=F64)
+        w = torch.rand(2, 3, *shape, dtype=F64)
+        h = torch.randn(2, 6, *shape, dtype=F64)
+        ok, err = close(C.reg_matvec(x, h, w, flat), twin.reg_matvec(x, h, w, flat))
+        assert ok, (dim, err)
+        flat = realistic(dim, 3, [4] * dim, grid=False)
+        g = torch.randn_like(x)
+        per = periods(flat, shape)
+        x1, x2 = x.clone(), x.clone()
+        C.reg_relax_(x1, h.abs() + 1, g, None, flat, per, 2)
+        twin.reg_relax_(x2, h.abs() + 1, g, None, flat, per, 2)
+        ok, err = close(x1, x2)
+        assert ok, (dim, err)
+
+
+# ----------------------------------------------------------------------------- precond
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_precond_random_taps(C, dim):
+    """Exact L_vv at borders (every bound, every size), cross-channel blocks, every K."""
+    rng = random.Random(30 + dim)
+    torch.manual_seed(30 + dim)
+    for size, chans in itertools.product(SIZES, [1, 3]):
+        shape = [size] * dim
+        # centre taps dominate: the blocks are positive definite
+        flat = random_taps(rng, dim, chans, 10 * chans, (0, 1, 2))
+        for c in range(chans):
+            flat += [c, c, 0, 8.0] + [0] * dim + [2] * dim
+        x = torch.randn(2, chans, *shape, dtype=F64)
+        for wch, k in [(None, None), (1, 1), (chans, chans), (chans, chans * (chans + 1) // 2)]:
+            sub = flat if wch is not None else only_kind0(flat, dim)  # the twin needs weights
+            w = None if wch is None else torch.rand(2, wch, *shape, dtype=F64)
+            h = None if k is None else spd_hessian(2, chans, shape, k)
+            ok, err = close(C.reg_precond(x, h, w, sub), twin.reg_precond(x, h, w, sub))
+            assert ok, (shape, chans, wch, k, err)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_precond_realistic(C, dim):
+    torch.manual_seed(40 + dim)
+    shape = [8, 5, 3][:dim]
+    for bnd in BOUNDS:
+        bnds = [bnd] * dim
+        for flat, chans, wch in [(realistic(dim, dim, bnds, grid=True), dim, None),
+                                 (realistic(dim, 2, bnds, weighted=True), 2, 2)]:
+            x = torch.randn(2, chans, *shape, dtype=F64)
+            w = None if wch is None else torch.rand(2, wch, *shape, dtype=F64)
+            for k in sorted({1, chans, chans * (chans + 1) // 2}):
+                h = spd_hessian(2, chans, shape, k)
+                ok, err = close(C.reg_precond(x, h, w, flat), twin.reg_precond(x, h, w, flat))
+                assert ok, (bnd, chans, k, err)
+            ok, err = close(C.reg_precond(x, None, w, flat), twin.reg_precond(x, None, w, flat))
+            assert ok, (bnd, chans, err)
+
+
+def test_precond_singular_blocks(C):
+    """A pivot <= 0 zeroes its component; the others solve the rest."""
+    r = torch.tensor([1.0, 2.0, 3.0], dtype=F64).reshape(1, 3, 1)
+    h = torch.tensor([0.0, 2.0, -1.0], dtype=F64).reshape(1, 3, 1)
+    z = C.reg_precond(r, h, None, [])
+    assert z.flatten().tolist() == pytest.approx([0.0, 1.0, 0.0], abs=1e-15)
+    # symmetric: H = [[1, 1, 0], [1, 1, 0], [0, 0, 4]] -> pivot 1 is 0 after elimination
+    h = torch.tensor([1.0, 1.0, 4.0, 1.0, 0.0, 0.0], dtype=F64).reshape(1, 6, 1)
+    z = C.reg_precond(r, h, None, [])
+    assert torch.allclose(z.flatten(), torch.tensor([1.0, 0.0, 0.75], dtype=F64))
+    assert torch.allclose(z, twin.reg_precond(r, h, None, []))
+    # large C, symmetric packing, random SPD blocks
+    torch.manual_seed(7)
+    chans = 20
+    a = torch.randn(4, chans, chans, dtype=F64)
+    a = a @ a.transpose(1, 2) + torch.eye(chans, dtype=F64)
+    iu = [(i, i) for i in range(chans)] + twin.upper_pairs(chans)
+    h = torch.stack([a[:, i, j] for i, j in iu], 0).unsqueeze(0)  # [1, 210, 4 voxels]
+    r = torch.randn(1, chans, 4, dtype=F64)
+    z = C.reg_precond(r, h, None, [])
+    ref = torch.linalg.solve(a, r[0].t().unsqueeze(-1)).squeeze(-1).t()
+    assert torch.allclose(z[0], ref, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------- relax
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_relax_random_taps(C, dim):
+    rng = random.Random(50 + dim)
+    torch.manual_seed(50 + dim)
+    shapes = {1: [[1], [2], [5], [8], [13]], 2: [[3, 8], [5, 5], [8, 2], [1, 7]],
+              3: [[3, 5, 8], [5, 2, 5], [4, 4, 6]]}[dim]
+    for shape in shapes:
+        chans = 2
+        flat = random_taps(rng, dim, chans, 12, (0, 1, 2))
+        for c in range(chans):
+            flat += [c, c, 0, 8.0] + [0] * dim + [2] * dim
+        x = torch.randn(2, chans, *shape, dtype=F64)
+        g = torch.randn_like(x)
+        w = torch.rand(2, chans, *shape, dtype=F64)
+        for k in (None, 1, 3):
+            h = None if k is None else spd_hessian(2, chans, shape, k)
+            per = periods(flat, shape)
+            x1, x2 = x.clone(), x.clone()
+            assert C.reg_relax_(x1, h, g, w, flat, per, 2) is None
+            twin.reg_relax_(x2, h, g, w, flat, per, 2)
+            ok, err = close(x1, x2)
+            assert ok, (shape, k, per, err)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_relax_realistic_converges(C, dim):
+    """Realistic taps with the regularisers' periods; many sweeps solve (H + L) x = g."""
+    torch.manual_seed(60 + dim)
+    shape = [9, 7, 6][:dim]
+    for bnd in BOUNDS:
+        bnds = [bnd] * dim
+        flat = realistic(dim, dim, bnds, grid=True)
+        per = periods(flat, shape)
+        x = torch.randn(1, dim, *shape, dtype=F64)
+        g = torch.randn_like(x)
+        h = spd_hessian(1, dim, shape, dim * (dim + 1) // 2)
+        x1, x2 = x.clone(), x.clone()
+        C.reg_relax_(x1, h, g, None, flat, per, 3)
+        twin.reg_relax_(x2, h, g, None, flat, per, 3)
+        ok, err = close(x1, x2)
+        assert ok, (bnd, err)
+        C.reg_relax_(x1, h, g, None, flat, per, 200)
+        res = g - C.reg_matvec(x1, h, None, flat)
+        assert res.abs().max() < 1e-6 * g.abs().max(), (bnd, res.abs().max())
+
+
+def test_relax_in_place_noncontiguous_float32(C):
+    torch.manual_seed(8)
+    flat = realistic(3, 3, [2, 5, 4], grid=True)
+    shape = [6, 7, 9]
+    per = periods(flat, shape)
+    base = torch.randn(6, 9, 7, 1, 3, dtype=F64)
+    x = base.permute(3, 4, 0, 2, 1)                     # [1, 3, 6, 7, 9], non-contiguous
+    g = torch.randn(1, 3, 9, 7, 6, dtype=F64).transpose(2, 4)
+    h = spd_hessian(1, 3, shape, 3)
+    ref = x.clone()
+    twin.reg_relax_(ref, h, g.contiguous(), None, flat, per, 2)
+    ptr = x.data_ptr()
+    C.reg_relax_(x, h, g, None, flat, per, 2)
+    assert x.data_ptr() == ptr and not x.is_contiguous()
+    ok, err = close(x, ref)
+    assert ok, err
+    assert torch.equal(base.permute(3, 4, 0, 2, 1), x)  # the storage itself was updated
+    x32 = base.permute(3, 4, 0, 2, 1).float()
+    x0 = x32.clone()
+    C.reg_relax_(x32, h.float(), g.float(), None, flat, per, 0)
+    assert torch.equal(x32, x0)                           # nb_iter = 0: unchanged
+
+
+# ----------------------------------------------------------------------------- header
+HEADER_PROBE = r"""
+#include <cstdio>
+#include "nitorch_jit/regsolve.h"
+using namespace nitorch_jit::regsolve;
+int main() {
+  // packed order for C = 4: 00 11 22 33 01 02 03 12 13 23
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 4; ++b) std::printf("P %d %d %lld\n", a, b, (long long)packed_index(a, b, 4));
+  double A[9] = {4, 0, 0, 2, 5, 0, 1, 0, 0};  // lower triangle of [[4,2,1],[2,5,0],[1,0,0]]
+  double z[3] = {1, 2, 3};
+  chol_solve(A, 3, z);
+  std::printf("Z %.17g %.17g %.17g\n", z[0], z[1], z[2]);
+  const double t[10] = {1, 0, 0, 2.5, -1, 2, 3, 4, 2, 6};
+  Tap<float> tap = decode_tap<float>(t, 3);
+  std::printf("T %d %d %d %g %d %d %d %d %d %d\n", tap.c_out, tap.c_in, tap.kind, tap.coef,
+              tap.off[0], tap.off[1], tap.off[2], tap.bound[0], tap.bound[1], tap.bound[2]);
+  return 0;
+}
+"""
+
+
+def test_header_on_its_own(tmp_path):
+    """regsolve.h compiles without torch (the CUDA kernels include it)."""
+    import shutil
+    import subprocess
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc",
+                           "include")
+    src = tmp_path / "probe.cpp"
+    src.write_text(HEADER_PROBE)
+    exe = tmp_path / "probe"
+    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", include,
+                    str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    order = {(i, i): i for i in range(4)}
+    order.update({p: 4 + k for k, p in enumerate(twin.upper_pairs(4))})
+    for line in out.splitlines():
+        f = line.split()
+        if f[0] == "P":
+            a, b, k = map(int, f[1:])
+            assert k == order[(min(a, b), max(a, b))]
+        elif f[0] == "Z":
+            # [[4,2],[2,5]] solved for [1, 2]; the third pivot (0 - 1/4 - 1/16 < 0) is dropped
+            a = torch.tensor([[4.0, 2.0], [2.0, 5.0]], dtype=F64)
+            ref = torch.linalg.solve(a, torch.tensor([1.0, 2.0], dtype=F64)).tolist() + [0.0]
+            assert [float(v) for v in f[1:]] == pytest.approx(ref, abs=1e-15)
+        else:
+            assert f[1:] == ["1", "0", "0", "2.5", "-1", "2", "3", "4", "2", "6"]
+
+
+# ----------------------------------------------------------------------------- bad arguments
+def test_bad_arguments(C):
+    x = torch.randn(1, 3, 4, 5, dtype=F64)
+    ok = [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 2.0, 2.0]
+    h = torch.rand(1, 3, 4, 5, dtype=F64)
+    w = torch.rand(1, 1, 4, 5, dtype=F64)
+    cases = [
+        (lambda: C.reg_matvec(x.long(), None, None, ok), "x"),
+        (lambda: C.reg_matvec(x[0, 0], None, None, ok), "x"),
+        (lambda: C.reg_matvec(torch.randn(1, 3, 2, 2, 2, 2, dtype=F64), None, None, []), "x"),
+        (lambda: C.reg_matvec(x, torch.rand(1, 4, 4, 5, dtype=F64), None, ok), "hessian"),
+        (lambda: C.reg_matvec(x, torch.rand(1, 3, 4, 6, dtype=F64), None, ok), "hessian"),
+        (lambda: C.reg_matvec(x, torch.rand(2, 3, 4, 5, dtype=F64), None, ok), "hessian"),
+        (lambda: C.reg_matvec(x, h.float(), None, ok), "hessian"),
+        (lambda: C.reg_matvec(x, None, torch.rand(1, 2, 4, 5, dtype=F64), ok), "weights"),
+        (lambda: C.reg_matvec(x, None, torch.rand(1, 1, 5, 4, dtype=F64), ok), "weights"),
+        (lambda: C.reg_matvec(x, None, None, ok[:-1]), "taps"),
+        (lambda: C.reg_matvec(x, None, None, [3.0] + ok[1:]), "taps"),
+        (lambda: C.reg_matvec(x, None, None, [0.0, -1.0] + ok[2:]), "taps"),
+        (lambda: C.reg_matvec(x, None, None, [0.5] + ok[1:]), "taps"),
+        (lambda: C.reg_matvec(x, None, None, ok[:2] + [3.0] + ok[3:]), "taps"),
+        (lambda: C.reg_matvec(x, None, None, ok[:3] + [float("nan")] + ok[4:]), "taps"),
+        (lambda: C.reg_matvec(x, None, None, ok[:4] + [3.0, 0.0] + ok[6:]), "taps"),
+        (lambda: C.reg_matvec(x, None, None, ok[:6] + [7.0, 2.0]), "taps"),
+        (lambda: C.reg_matvec(x, None, None, ok[:6] + [-1.0, 2.0]), "taps"),
+        (lambda: C.reg_matvec(x, None, None, [0.0, 1.0, 1.0] + ok[3:]), "taps"),     # kind 1
+        (lambda: C.reg_matvec(x, None, None, [0.0, 1.0, 2.0] + ok[3:]), "taps"),     # kind 2
+        (lambda: C.reg_precond(x, h, torch.rand(1, 3, 4, dtype=F64), ok), "weights"),
+        (lambda: C.reg_precond(x, torch.rand(1, 5, 4, 5, dtype=F64), None, ok), "hessian"),
+        (lambda: C.reg_relax_(x, h, x[:, :2], w, ok, [2, 2], 1), "gradient"),
+        (lambda: C.reg_relax_(x, h, x.float(), w, ok, [2, 2], 1), "gradient"),
+        (lambda: C.reg_relax_(x, h, x, w, ok, [2], 1), "period"),
+        (lambda: C.reg_relax_(x, h, x, w, ok, [2, 0], 1), "period"),
+        (lambda: C.reg_relax_(x, h, x, w, ok, [2, 2], -1), "nb_iter"),
+    ]
+    for i, (fn, name) in enumerate(cases):
+        with pytest.raises(RuntimeError, match=name):
+            fn()
+    x0 = x.clone()
+    with pytest.raises(RuntimeError):
+        C.reg_relax_(x, h, x, w, ok, [2, 2, 2], 1)
+    assert torch.equal(x, x0)
