@@ -56,7 +56,53 @@ def run_bench(size=128, threads=None, repeat=5, modules=("pushpull",)):
         status |= _bench_pushpull(size, threads, repeat)
     if "splinc" in modules or "resize" in modules:
         status |= _bench_resize(size, threads, repeat, modules)
+    if "regsolve" in modules:
+        status |= _bench_regsolve(size, threads, repeat)
     return status
+
+
+def _bench_regsolve(size, threads, repeat):
+    """regulariser_grid and solve_grid_fmg (issue workload), C against the TORCH twin run in
+    this process on the same data (scripts/bench_solvers.py adds conv3d and PCG)."""
+    from . import backend
+    from .ops import regularisers as R
+    from .ops import solvers as S
+    from .torch_impl import regsolve as twin
+    if threads:
+        torch.set_num_threads(threads)
+    print(f"nitorch-jit bench: regularisers / FMG, {size}^3 x 3 float32 displacement grid, "
+          f"membrane 1e-3, bending 0.1, lame (0.05, 0.2), full Hessian, "
+          f"{torch.get_num_threads()} threads", flush=True)
+    kw = dict(membrane=1e-3, bending=0.1, lame=(0.05, 0.2))
+    g = torch.Generator().manual_seed(0)
+    shape = [size] * 3
+    v = torch.randn([1] + shape + [3], generator=g)
+    h = torch.cat([torch.rand([1] + shape + [3], generator=g) + 0.01,
+                   torch.zeros([1] + shape + [3])], -1)
+    t0 = time.perf_counter()
+    name = backend.ensure("regsolve", "cpu")
+    R.regulariser_grid(v[:, :4, :4, :4], **kw)
+    print(f"  regsolve CPU backend: {name} (ready in {time.perf_counter() - t0:.1f} s)",
+          flush=True)
+    p = S._grid_problem(h, v, None, 0, kw["membrane"], kw["bending"], kw["lame"], 1, 1, "dft")
+    period = R.colour_periods(p.taps, p.shape, p.bound)
+
+    def fmg(kernels):
+        system = S.System(p.hessian, None, p.taps, period, True, kernels)
+        return S.fmg(p, p.x, system, "cg", 2, 2)
+
+    ours_reg = lambda: R.regulariser_grid(v, **kw)  # noqa: E731
+    twin_reg = lambda: twin.reg_matvec(p.x, None, None, p.taps)  # noqa: E731
+    err = float((ours_reg().movedim(-1, 1) - twin_reg()).abs().max())
+    rows = []
+    for label, ours, peer, n in [("regulariser_grid", ours_reg, twin_reg, repeat),
+                                 ("solve_grid_fmg", lambda: fmg(None), lambda: fmg(twin),
+                                  max(1, repeat // 2))]:
+        tc, tt = timeit(ours, n), timeit(peer, n)
+        rows.append((label, f"{tc:.1f} ms", f"{tt:.1f} ms", f"{tt / tc:.1f}x"))
+    print_table(rows, ["routine", name, "TORCH", "speed-up"])
+    print(f"  max |C - TORCH| of the operator: {err:.2e}")
+    return 0
 
 
 def _bench_resize(size, threads, repeat, modules):

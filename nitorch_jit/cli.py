@@ -209,7 +209,8 @@ def cmd_cache(args):
 
 def cmd_bench(args):
     from .bench import run_bench
-    modules = ("pushpull", "splinc", "resize") if args.module == "all" else (args.module,)
+    modules = ("pushpull", "splinc", "resize", "regsolve") if args.module == "all" \
+        else (args.module,)
     return run_bench(size=args.size, threads=args.threads, repeat=args.repeat, modules=modules)
 
 
@@ -231,9 +232,9 @@ def main(argv=None):
     bench.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     bench.add_argument("--repeat", type=int, default=5)
     bench.add_argument("--module", default="pushpull",
-                       choices=["pushpull", "splinc", "resize", "all"],
-                       help="what to time (default pushpull: resampling; 'all' also compiles and "
-                            "times the prefilter and resize)")
+                       choices=["pushpull", "splinc", "resize", "regsolve", "all"],
+                       help="what to time (default pushpull: resampling; regsolve: regulariser "
+                            "and FMG solver; 'all' compiles and times every module)")
     args = p.parse_args(argv)
     try:
         return {"info": cmd_info, "build": cmd_build, "cache": cmd_cache, "bench": cmd_bench}[args.cmd](args)

@@ -21,20 +21,25 @@ _OPTIMS = {"cg": "cg", "pcg": "cg", "relax": "relax", "relaks": "relax", "gs": "
 
 # ----------------------------------------------------------------------------- the system
 class System:
-    """(H + L) at one resolution: tensors [B, C, *S] and the tap list."""
+    """(H + L) at one resolution: tensors [B, C, *S] and the tap list.
 
-    def __init__(self, hessian, weights, taps, period, spatial):
+    `kernels` provides reg_matvec / reg_precond / reg_relax_: the dispatcher's ops (default),
+    or nitorch_jit.torch_impl.regsolve to run the twin in the same process (benchmarks)."""
+
+    def __init__(self, hessian, weights, taps, period, spatial, kernels=None):
         self.hessian, self.weights, self.taps = hessian, weights, taps
         self.period, self.spatial = period, spatial
+        self.kernels = _ops if kernels is None else kernels
 
     def matvec(self, x):
-        return _ops.reg_matvec(x, self.hessian, self.weights, self.taps)
+        return self.kernels.reg_matvec(x, self.hessian, self.weights, self.taps)
 
     def precond(self, r):
-        return _ops.reg_precond(r, self.hessian, self.weights, self.taps)
+        return self.kernels.reg_precond(r, self.hessian, self.weights, self.taps)
 
     def relax_(self, x, g, nb_iter):
-        _ops.reg_relax_(x, self.hessian, g, self.weights, self.taps, self.period, nb_iter)
+        self.kernels.reg_relax_(x, self.hessian, g, self.weights, self.taps, self.period,
+                                nb_iter)
 
 
 def _dot(a, b):
@@ -96,6 +101,22 @@ def relax(system, g, x=None, max_iter=16, tolerance=1e-5, check_every=4):
 
 
 # ----------------------------------------------------------------------------- multigrid
+def _dense_inverse(system, b):
+    """Pseudo-inverse of (H + L) on a coarse grid, [B, N, N], probed with unit vectors."""
+    n = b[0].numel()
+    eye = torch.eye(n, dtype=b.dtype, device=b.device).reshape([n] + list(b.shape[1:]))
+    mats = []
+    for i in range(b.shape[0]):
+        sub = System(None if system.hessian is None else system.hessian[i:i + 1].expand(
+                         [n] + list(system.hessian.shape[1:])),
+                     None if system.weights is None else system.weights[i:i + 1].expand(
+                         [n] + list(system.weights.shape[1:])),
+                     system.taps, system.period, system.spatial, system.kernels)
+        mat = sub.matvec(eye).reshape(n, n).double()
+        mats.append(torch.linalg.pinv(0.5 * (mat + mat.T), hermitian=True))
+    return torch.stack(mats).to(b.dtype)
+
+
 def _coarsen(t, shape, bound):
     return _restrict(t, shape=shape, anchor="e", bound=bound)
 
@@ -144,7 +165,8 @@ def fmg(problem, g, system0, optim, nb_cycles, nb_iter):
             hc = None if hc is None else _grid_hessian_scale(hc, ratio)
         h = hc
         taps = problem.make_taps(vs)
-        sys = System(hc, w, taps, _reg.colour_periods(taps, shape, bound), system0.spatial)
+        sys = System(hc, w, taps, _reg.colour_periods(taps, shape, bound), system0.spatial,
+                     system0.kernels)
         levels.append(_Level(shape, vs, sys, gc))
 
     def up(x, fine, coarse):
@@ -161,7 +183,12 @@ def fmg(problem, g, system0, optim, nb_cycles, nb_iter):
 
     def coarse_solve(level, b):
         n = b[0].numel()
-        return cg(level.system, b, max_iter=min(4 * n, 400), tolerance=1e-10)
+        if n > 1024:
+            return cg(level.system, b, max_iter=min(4 * n, 400), tolerance=1e-10)
+        if not hasattr(level, "inverse"):
+            level.inverse = _dense_inverse(level.system, b)
+        return torch.einsum("bij,bj->bi", level.inverse, b.reshape(b.shape[0], -1)) \
+            .reshape(b.shape)
 
     def vcycle(i, x, b):
         lev = levels[i]
