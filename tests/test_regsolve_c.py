@@ -239,6 +239,44 @@ def test_generic_point_path(C, monkeypatch):
         assert ok, (dim, err)
 
 
+@pytest.mark.parametrize("avx2", ["1", "0"])
+def test_long_rows_both_vector_builds(C, monkeypatch, avx2):
+    """Rows of many lengths (vector chunks, overlapping tails), the AVX2 and baseline sums."""
+    monkeypatch.setenv("NI_JIT_DISABLE_AVX2", "0" if avx2 == "1" else "1")
+    torch.manual_seed(9)
+    rng = random.Random(9)
+    for n in (5, 6, 9, 12, 21, 37, 40, 71):
+        flat = random_taps(rng, 2, 2, 30, (0, 1, 2))
+        x = torch.randn(1, 2, 6, n, dtype=F64)
+        w = torch.rand(1, 2, 6, n, dtype=F64)
+        h = torch.randn(1, 3, 6, n, dtype=F64)
+        ref = twin.reg_matvec(x, h, w, flat)
+        ok, err = close(C.reg_matvec(x, h, w, flat), ref)
+        assert ok, (n, err)
+        ok, err = close(C.reg_matvec(x.float(), h.float(), w.float(), flat).double(), ref, 1e-5)
+        assert ok, (n, err)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_relax_periods_and_strides(C, dtype):
+    """Periods 2-5 along a long last axis: the vector span of small strides, plain strides."""
+    torch.manual_seed(10)
+    shape = [5, 37]
+    if real_taps is None:
+        pytest.skip("ops.regularisers.taps is not there yet")
+    flat = real_taps(2, 2, [0.1, 0.2], [0.3, 0.4], [0.0, 0.0], [1.0, 1.3], [2, 4])  # reach 1
+    g = torch.randn(1, 2, *shape, dtype=F64)
+    h = spd_hessian(1, 2, shape, 3)
+    for p in (2, 3, 4, 5):
+        x = torch.randn(1, 2, *shape, dtype=F64)
+        ref = x.clone()
+        twin.reg_relax_(ref, h, g, None, flat, [p, p], 2)
+        got = x.to(dtype)
+        C.reg_relax_(got, h.to(dtype), g.to(dtype), None, flat, [p, p], 2)
+        ok, err = close(got.double(), ref, 1e-10 if dtype == F64 else 1e-5)
+        assert ok, (p, err)
+
+
 # ----------------------------------------------------------------------------- precond
 @pytest.mark.parametrize("dim", [1, 2, 3])
 def test_precond_random_taps(C, dim):

@@ -15,6 +15,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <string>
@@ -148,32 +149,44 @@ inline int border_class(int64_t i, int64_t n) {
 
 template <typename T>
 struct Plan {
-  std::vector<Tap<T>> taps;     // merged, ordered by c_out
-  std::vector<int> first;       // the taps of c_out: [first[c], first[c + 1])
-  int max_taps = 0;             // most taps of one c_out
-  std::vector<int64_t> delta;   // per tap: spatial offset of its neighbour row, no folding
+  // merged taps, by c_out and kind 0 first: those of c_out are [first[c], first[c + 1]), its
+  // kind 0 ones [first[c], mid[c])
+  std::vector<Tap<T>> taps;
+  std::vector<int> first, mid;
+  int max_taps = 0;              // most taps of one c_out
+  std::vector<T> coef;           // per tap
+  std::vector<int64_t> delta;    // per tap: offset of its neighbour row from the row, unfolded
+  std::vector<int64_t> inner;    // per tap: element k of an inner row reads k + inner (from
+                                 // channel 0 of the row): c_in * S + delta + last offset
   // per tap, the border elements e of a row along the last axis (k < lo: e = k; k >= hi:
-  // e = lo + k - hi): k + offset folded, index and sign
-  std::vector<int64_t> edge_j;  // [tap][4]
-  std::vector<T> edge_s;        // [tap][4]
-  std::vector<Tap<T>> weighted; // kind 1 and 2 (their self-coupling depends on the weights)
-  std::vector<T> self;          // [class combination][C][C]: L_vv of the kind 0 taps
+  // e = lo + k - hi): k + the last offset folded, index and sign
+  std::vector<int64_t> edge_j;   // [tap][4]
+  std::vector<T> edge_s;         // [tap][4]
+  // the same for inner rows, all kind 0 taps of c_out merged: reads (offset from channel 0 of
+  // the row, weight) [edge_first[4 c + e], edge_first[4 c + e + 1])
+  std::vector<int> edge_first;
+  std::vector<int64_t> edge_off;
+  std::vector<T> edge_w;
+  std::vector<Tap<T>> weighted;  // kind 1 and 2 (their self-coupling depends on the weights)
+  std::vector<T> self;           // [class combination][C][C]: L_vv of the kind 0 taps
 };
+
 template <typename T>
 Plan<T> make_plan(const std::vector<Tap<double>>& raw, const Shape& s, bool has_weights) {
   const int D = s.D;
-  // key: c_out, c_in, kind, offsets, bounds (ignored where the offset is 0: never folds)
-  using Key = std::array<int, 3 + 2 * kMaxDim>;
+  // key: c_out, kind != 0, c_in, kind, offsets, bounds (ignored where the offset is 0)
+  using Key = std::array<int, 4 + 2 * kMaxDim>;
   std::map<Key, double> merged;
   auto add = [&](const Tap<double>& t, int kind, double coef, bool centre) {
     Key k{};
     k[0] = t.c_out;
-    k[1] = t.c_in;
-    k[2] = kind;
+    k[1] = kind != 0;
+    k[2] = t.c_in;
+    k[3] = kind;
     for (int d = 0; d < D; ++d) {
       const int off = centre ? 0 : t.off[d];
-      k[3 + d] = off;
-      k[3 + kMaxDim + d] = off ? t.bound[d] : 0;
+      k[4 + d] = off;
+      k[4 + kMaxDim + d] = off ? t.bound[d] : 0;
     }
     merged[k] += coef;
   };
@@ -189,6 +202,7 @@ Plan<T> make_plan(const std::vector<Tap<double>>& raw, const Shape& s, bool has_
   }
   Plan<T> p;
   p.first.assign(s.C + 1, 0);
+  p.mid.assign(s.C, 0);
   std::vector<Tap<T>> plain;  // kind 0
   const int64_t lo = std::min<int64_t>(kMaxOffset, s.N), hi = std::max(lo, s.N - kMaxOffset);
   for (const auto& kv : merged) {
@@ -196,18 +210,21 @@ Plan<T> make_plan(const std::vector<Tap<double>>& raw, const Shape& s, bool has_
     const Key& k = kv.first;
     Tap<T> t;
     t.c_out = k[0];
-    t.c_in = k[1];
-    t.kind = k[2];
+    t.c_in = k[2];
+    t.kind = k[3];
     t.coef = static_cast<T>(kv.second);
     int64_t delta = 0;
     for (int d = 0; d < D; ++d) {
-      t.off[d] = k[3 + d];
-      t.bound[d] = k[3 + kMaxDim + d];
+      t.off[d] = k[4 + d];
+      t.bound[d] = k[4 + kMaxDim + d];
       if (d < D - 1) delta += t.off[d] * s.ss[d];
     }
     p.taps.push_back(t);
+    p.coef.push_back(t.coef);
     p.delta.push_back(delta);
+    p.inner.push_back(t.c_in * s.S + delta + t.off[D - 1]);
     p.first[t.c_out + 1]++;
+    if (t.kind == 0) p.mid[t.c_out]++;
     for (int64_t e = 0; e < 4; ++e) {
       const int64_t kk = e < lo ? e : hi + e - lo;
       int sg = 0;
@@ -219,9 +236,24 @@ Plan<T> make_plan(const std::vector<Tap<double>>& raw, const Shape& s, bool has_
     }
     (t.kind == 0 ? plain : p.weighted).push_back(t);
   }
+  p.edge_first.push_back(0);
   for (int64_t c = 0; c < s.C; ++c) {
     p.max_taps = std::max(p.max_taps, p.first[c + 1]);
     p.first[c + 1] += p.first[c];
+    p.mid[c] += p.first[c];
+    for (int e = 0; e < 4; ++e) {
+      std::map<int64_t, double> reads;
+      for (int t = p.first[c]; t < p.mid[c]; ++t)
+        if (p.edge_s[4 * t + e] != T(0))
+          reads[p.taps[t].c_in * s.S + p.delta[t] + p.edge_j[4 * t + e]] +=
+              double(p.taps[t].coef) * double(p.edge_s[4 * t + e]);
+      for (const auto& r : reads) {
+        if (r.second == 0.0) continue;
+        p.edge_off.push_back(r.first);
+        p.edge_w.push_back(static_cast<T>(r.second));
+      }
+      p.edge_first.push_back(static_cast<int>(p.edge_off.size()));
+    }
   }
   // self-coupling of the plain taps per class combination, at one voxel of each
   int64_t ncomb = 1;
@@ -264,6 +296,7 @@ struct Op {
   int64_t wc;
   const T* h;
   int64_t K;
+  bool avx2;  // the AVX2 build of the tap sums
 
   View<T> view(const T* base, int64_t nc, int64_t b) const {
     View<T> v;
@@ -280,47 +313,128 @@ struct Op {
       if (ridx[d] < kMaxOffset || ridx[d] >= s.g.n[d] - kMaxOffset) return false;
     return true;
   }
-  // A = H_v + L_vv at voxel i (offset o in its batch)
-  void block(int64_t b, const int64_t* i, int64_t o, T* A) const {
-    int64_t comb = 0;
-    for (int d = 0; d < s.D; ++d) comb = comb * kClasses + border_class(i[d], s.g.n[d]);
-    const T* src = P.self.data() + comb * s.C * s.C;
-    std::copy(src, src + s.C * s.C, A);
-    regsolve::add_hess_block(view(h, K, b), s.C, o, A);
-    if (!P.weighted.empty())
-      regsolve::add_self_block(P.weighted.data(), static_cast<int>(P.weighted.size()), i, s.g,
-                               view(w, wc, b), s.C, A);
-  }
 };
 
+// Per-thread lists of a border row's kind 0 taps (those that do not read zero): offsets from
+// channel 0 of the row, of the source of element 0 (roff) and of element k at k + offs.
 template <typename T>
 struct Scratch {
-  std::vector<const T*> ps;
-  std::vector<T> cs;
-  explicit Scratch(int n) : ps(n), cs(n) {}
+  std::vector<int64_t> roff, offs;
+  std::vector<T> cs;    // coefficient times the row's sign
+  std::vector<int> ti;  // 4 * tap index (edge tables)
+  std::vector<T> row;   // a row of partial sums (strided sums)
+  Scratch(int n, int64_t len) : roff(n), offs(n), cs(n), ti(n), row(len) {}
 };
 
-// o[m] += sum_t cs[t] * ps[t][m * st], four taps per pass over o (fewer loads and stores of o)
-template <typename T, bool UNIT>
-inline void sum_taps(T* NJ_RS_RESTRICT o, int64_t cnt, int64_t st, const T* const* ps,
-                     const T* cs, int n) {
-  int t = 0;
-  for (; t + 4 <= n; t += 4) {
-    const T* NJ_RS_RESTRICT p0 = ps[t];
-    const T* NJ_RS_RESTRICT p1 = ps[t + 1];
-    const T* NJ_RS_RESTRICT p2 = ps[t + 2];
-    const T* NJ_RS_RESTRICT p3 = ps[t + 3];
-    const T c0 = cs[t], c1 = cs[t + 1], c2 = cs[t + 2], c3 = cs[t + 3];
-    for (int64_t m = 0; m < cnt; ++m) {
-      const int64_t q = UNIT ? m : m * st;
-      o[m] += c0 * p0[q] + c1 * p1[q] + c2 * p2[q] + c3 * p3[q];
+// o[m] += sum_t cs[t] * base[offs[t] + m * st] (m < cnt), plain loops: the strided case
+template <typename T>
+void sum_taps_strided(T* o, int64_t cnt, int64_t st, const T* base, const int64_t* offs,
+                      const T* cs, int n) {
+  for (int t = 0; t < n; ++t) {
+    const T* p = base + offs[t];
+    const T c = cs[t];
+    for (int64_t m = 0; m < cnt; ++m) o[m] += c * p[m * st];
+  }
+}
+
+#if defined(__GNUC__)
+#define NJ_RS_VECTOR 1
+// The same for st == 1: chunks of U vectors of B bytes held in registers while every tap is
+// added (one load per tap and element; o is read and written once). A tail shorter than a
+// vector is an overlapping vector computed from zero, of which only the new lanes are added.
+template <int B, typename T>
+__attribute__((always_inline)) inline void sum_taps_vec(T* o, int64_t cnt, const T* base,
+                                                        const int64_t* offs, const T* cs, int n) {
+  typedef T V __attribute__((vector_size(B)));
+  constexpr int64_t L = B / sizeof(T), U = 4;
+  auto load = [](const T* p) {
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  };
+  auto store = [](T* p, const V& v) { std::memcpy(p, &v, sizeof(V)); };
+  int64_t m = 0;
+  for (; m + U * L <= cnt; m += U * L) {
+    V a0 = load(o + m), a1 = load(o + m + L), a2 = load(o + m + 2 * L), a3 = load(o + m + 3 * L);
+    for (int t = 0; t < n; ++t) {
+      const T* p = base + offs[t] + m;
+      const T c = cs[t];
+      a0 += c * load(p);
+      a1 += c * load(p + L);
+      a2 += c * load(p + 2 * L);
+      a3 += c * load(p + 3 * L);
     }
+    store(o + m, a0);
+    store(o + m + L, a1);
+    store(o + m + 2 * L, a2);
+    store(o + m + 3 * L, a3);
   }
-  for (; t < n; ++t) {
-    const T* NJ_RS_RESTRICT p0 = ps[t];
-    const T c0 = cs[t];
-    for (int64_t m = 0; m < cnt; ++m) o[m] += c0 * p0[UNIT ? m : m * st];
+  for (; m + L <= cnt; m += L) {
+    V a = load(o + m);
+    for (int t = 0; t < n; ++t) a += cs[t] * load(base + offs[t] + m);
+    store(o + m, a);
   }
+  if (m == cnt) return;
+  if (cnt < L) {  // short: scalar
+    for (int t = 0; t < n; ++t)
+      for (int64_t q = 0; q < cnt; ++q) o[q] += cs[t] * base[offs[t] + q];
+    return;
+  }
+  const int64_t from = cnt - L;  // overlapping last vector
+  V a = {};
+  for (int t = 0; t < n; ++t) a += cs[t] * load(base + offs[t] + from);
+  for (int64_t q = m; q < cnt; ++q) o[q] += a[q - from];
+}
+
+#define NJ_RS_SUM_ARGS(T) T *o, int64_t cnt, const T *base, const int64_t *offs, const T *cs, int n
+void sum_taps_v(NJ_RS_SUM_ARGS(float)) { sum_taps_vec<16>(o, cnt, base, offs, cs, n); }
+void sum_taps_v(NJ_RS_SUM_ARGS(double)) { sum_taps_vec<16>(o, cnt, base, offs, cs, n); }
+#if defined(__x86_64__)
+#define NJ_RS_AVX2 1
+// Compiled for AVX2 (chosen at run time when the CPU has it; NI_JIT_DISABLE_AVX2=1 disables)
+__attribute__((target("avx2"))) void sum_taps_avx2(NJ_RS_SUM_ARGS(float)) {
+  sum_taps_vec<32>(o, cnt, base, offs, cs, n);
+}
+__attribute__((target("avx2"))) void sum_taps_avx2(NJ_RS_SUM_ARGS(double)) {
+  sum_taps_vec<32>(o, cnt, base, offs, cs, n);
+}
+#endif
+#endif
+
+bool use_avx2() {
+#if defined(NJ_RS_AVX2)
+  static const bool cpu = __builtin_cpu_supports("avx2");
+  const char* env = std::getenv("NI_JIT_DISABLE_AVX2");
+  return cpu && !(env && *env && *env != '0');
+#else
+  return false;
+#endif
+}
+
+// o[m] += sum_t cs[t] * base[offs[t] + m * st] (m < cnt). A small stride (relax) sums the
+// whole span in tmp (st times the work, but in vectors) and picks every st-th element.
+template <typename T>
+void sum_taps(T* o, int64_t cnt, int64_t st, const T* base, const int64_t* offs, const T* cs,
+              int n, bool avx2, T* tmp) {
+#if defined(NJ_RS_VECTOR)
+  auto unit = [&](T* dst, int64_t len) {
+#if defined(NJ_RS_AVX2)
+    if (avx2) return sum_taps_avx2(dst, len, base, offs, cs, n);
+#endif
+    sum_taps_v(dst, len, base, offs, cs, n);
+  };
+  if (st == 1) return unit(o, cnt);
+  if (st * static_cast<int64_t>(sizeof(T)) <= 16) {
+    const int64_t span = (cnt - 1) * st + 1;
+    std::fill(tmp, tmp + span, T(0));
+    unit(tmp, span);
+    for (int64_t m = 0; m < cnt; ++m) o[m] += tmp[m * st];
+    return;
+  }
+#endif
+  (void)avx2;
+  (void)tmp;
+  sum_taps_strided(o, cnt, st, base, offs, cs, n);
 }
 
 // o[m] = (L x + H x)[c_out] at elements k = k0 + m * st (m < M) of the row of batch b at
@@ -332,8 +446,8 @@ void eval_row(const Op<T>& op, int64_t b, const int64_t* ridx, int64_t soff, int
   const Plan<T>& P = op.P;
   const int D = s.D;
   const int64_t S = s.S, N = s.N;
-  const T* xb = op.x + b * s.C * S;
-  const T* xr = xb + c_out * S + soff + k0;  // x[c_out] at element k0 (q = m * st)
+  const T* xs = op.x + b * s.C * S + soff;  // the row, channel 0 (channel c at + c * S)
+  const T* xr = xs + c_out * S + k0;         // x[c_out] at element k0 (then q = m * st)
   const T* wc = op.w ? op.w + (b * op.wc + (op.wc == 1 ? 0 : c_out)) * S : nullptr;
   const T* wr = wc ? wc + soff + k0 : nullptr;  // its weights
   // interior elements m in [m0, m1), k in [lo, hi): no tap folds along the last axis
@@ -358,67 +472,92 @@ void eval_row(const Op<T>& op, int64_t b, const int64_t* ridx, int64_t soff, int
     } else {
       for (int64_t c = 0; c < s.C; ++c) {
         const T* hr = hb + regsolve::packed_index(c_out, c, s.C) * S;
-        const T* xc = xb + c * S + soff + k0;
+        const T* xc = xs + c * S + k0;
         each(0, M, [&](int64_t m, int64_t q) { o[m] += hr[q] * xc[q]; });
       }
     }
   }
   const bool inner = op.inner_row(ridx);
-  int n0 = 0;
-  for (int t = P.first[c_out]; t < P.first[c_out + 1]; ++t) {
+  // the neighbour row of tap t: offset from the row and sign (the non-last axes folded)
+  auto neighbour = [&](int t, int& sg) {
+    sg = 1;
+    if (inner) return P.delta[t];
+    const Tap<T>& tap = P.taps[t];
+    int64_t nrow = 0;
+    for (int d = 0; d + 1 < D; ++d) {
+      int sd = 1;
+      nrow += s.ss[d] *
+              (tap.off[d] ? fold_index(ridx[d] + tap.off[d], s.g.n[d], tap.bound[d], sd) : ridx[d]);
+      sg *= sd;
+    }
+    return nrow - soff;
+  };
+  // kind 1 and 2
+  for (int t = P.mid[c_out]; t < P.first[c_out + 1]; ++t) {
     const Tap<T>& tap = P.taps[t];
     const T coef = tap.coef;
     if (tap.kind == 2) {
-      const T* xc = xb + tap.c_in * S + soff + k0;
+      const T* xc = xs + tap.c_in * S + k0;
       each(0, M, [&](int64_t m, int64_t q) { o[m] += coef * wr[q] * xc[q]; });
       continue;
     }
-    // the neighbour row: the non-last axes folded (the identity on inner rows)
-    int sg = 1;
-    int64_t nrow = soff + P.delta[t];
-    if (!inner) {
-      nrow = 0;
-      for (int d = 0; d + 1 < D; ++d) {
-        int sd = 1;
-        const int64_t j =
-            tap.off[d] ? fold_index(ridx[d] + tap.off[d], s.g.n[d], tap.bound[d], sd) : ridx[d];
-        sg *= sd;
-        nrow += j * s.ss[d];
-      }
-    }
-    const int64_t* ej = P.edge_j.data() + 4 * t;
-    const T* es = P.edge_s.data() + 4 * t;
-    const int64_t shift = nrow - soff + tap.off[D - 1];  // element k reads k + shift (inside)
-    if (tap.kind == 0) {
-      if (!sg) continue;
-      const T* xn = xb + tap.c_in * S + nrow;  // the neighbour row, from its element 0
-      const T cs = coef * T(sg);
-      edges([&](int64_t m, int64_t, int64_t e) { o[m] += cs * es[e] * xn[ej[e]]; });
-      if (cnt > 0) {
-        sc.ps[n0] = xn + (k0 + m0 * st) + tap.off[D - 1];
-        sc.cs[n0++] = cs;
-      }
-      continue;
-    }
     // kind 1: coef * omega * (x_i - s x_n), omega = (w_i + w~_n) / 2, w~_n = w_i where s = 0
-    const T half = T(0.5) * coef;
+    int sg;
+    const int64_t nrow = neighbour(t, sg);
     if (!sg) {
       each(0, M, [&](int64_t m, int64_t q) { o[m] += coef * wr[q] * xr[q]; });
       continue;
     }
-    const T* xn = xb + c_out * S + nrow;
-    const T* wn = wc + nrow;
+    const T half = T(0.5) * coef;
+    const T* xn = xs + c_out * S + nrow;  // the neighbour row, element 0
+    const T* wn = wc + soff + nrow;
+    const int64_t* ej = P.edge_j.data() + 4 * t;
+    const T* es = P.edge_s.data() + 4 * t;
     edges([&](int64_t m, int64_t k, int64_t e) {
       const T sgn = T(sg) * es[e], wi = wr[k - k0];
       o[m] += sgn != T(0) ? half * (wi + wn[ej[e]]) * (xr[k - k0] - sgn * xn[ej[e]])
                           : coef * wi * xr[k - k0];
     });
     const T sgn = T(sg);
+    const int64_t sh = nrow + tap.off[D - 1];  // element k reads k + sh (interior)
     each(m0, m1, [&](int64_t m, int64_t q) {
-      o[m] += half * (wr[q] + wr[q + shift]) * (xr[q] - sgn * xr[q + shift]);
+      o[m] += half * (wr[q] + wr[q + sh]) * (xr[q] - sgn * xr[q + sh]);
     });
   }
-  if (cnt > 0) sum_taps<T, UNIT>(o + m0, cnt, st, sc.ps.data(), sc.cs.data(), n0);
+  // kind 0: the interior as sums of shifted rows, then the edges
+  const int f = P.first[c_out], n = P.mid[c_out] - f;
+  const T* base = xs + k0 + m0 * st;  // element k0 + m0 * st, channel 0
+  if (inner) {  // precomputed offsets and edge reads
+    if (cnt > 0) sum_taps(o + m0, cnt, st, base, P.inner.data() + f, P.coef.data() + f, n, op.avx2,
+                           sc.row.data());
+    edges([&](int64_t m, int64_t, int64_t e) {
+      T a = T(0);
+      for (int j = P.edge_first[4 * c_out + e]; j < P.edge_first[4 * c_out + e + 1]; ++j)
+        a += P.edge_w[j] * xs[P.edge_off[j]];
+      o[m] += a;
+    });
+    return;
+  }
+  int n0 = 0;
+  for (int t = f; t < f + n; ++t) {
+    int sg;
+    const int64_t nrow = neighbour(t, sg);
+    if (!sg) continue;
+    sc.roff[n0] = P.taps[t].c_in * S + nrow;
+    sc.offs[n0] = sc.roff[n0] + P.taps[t].off[D - 1];
+    sc.cs[n0] = P.coef[t] * T(sg);
+    sc.ti[n0++] = 4 * t;
+  }
+  if (cnt > 0)
+    sum_taps(o + m0, cnt, st, base, sc.offs.data(), sc.cs.data(), n0, op.avx2, sc.row.data());
+  edges([&](int64_t m, int64_t, int64_t e) {
+    T a = T(0);
+    for (int t = 0; t < n0; ++t) {
+      const int k = sc.ti[t] + static_cast<int>(e);
+      a += sc.cs[t] * P.edge_s[k] * xs[sc.roff[t] + P.edge_j[k]];
+    }
+    o[m] += a;
+  });
 }
 
 // Every element through the generic per-point function (NI_JIT_REGSOLVE_GENERIC=1: a check of
@@ -459,7 +598,7 @@ void matvec_kernel(const Op<T>& op, T* out) {
   const int64_t work = s.N * (op.P.max_taps + 1);
   const bool generic = generic_requested();
   at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / work), [&](int64_t r0, int64_t r1) {
-    Scratch<T> sc(op.P.max_taps);
+    Scratch<T> sc(op.P.max_taps, s.N);
     int64_t ridx[kMaxDim];
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t rr = r % s.R, bc = r / s.R, b = bc / s.C;
@@ -473,24 +612,72 @@ void matvec_kernel(const Op<T>& op, T* out) {
   });
 }
 
+// The voxel solves of a row, at elements k = k0 + m * st (m < M): with v the right-hand side
+// minus the residual's part (if any), v <- (H_v + L_vv)^-1 v, written to out (or added to).
+// rhs and out point at channel 0, element k0 of the row (element m at [c * S + m * st]);
+// res [C][M]. NC: the channel count when it is a small constant (unrolled), else 0.
+template <typename T, int NC>
+void solve_row(const Op<T>& op, int64_t b, int64_t* i, int64_t soff, int64_t k0, int64_t st,
+               int64_t M, const T* rhs, const T* res, T* out, bool add, T* work) {
+  const Shape& s = op.s;
+  const Plan<T>& P = op.P;
+  const int64_t C = NC ? NC : s.C, S = s.S, K = op.K;
+  const int D = s.D;
+  int64_t comb = 0;  // border classes of the non-last indices
+  for (int d = 0; d + 1 < D; ++d) comb = comb * kClasses + border_class(i[d], s.g.n[d]);
+  const T* self = P.self.data() + comb * kClasses * C * C;
+  const T* hb = op.h ? op.h + b * K * S + soff + k0 : nullptr;
+  const View<T> wv = op.view(op.w, op.wc, b);
+  T a_fixed[NC ? NC * NC : 1], v_fixed[NC ? NC : 1];
+  T* A = NC ? a_fixed : work;
+  T* v = NC ? v_fixed : work + C * C;
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t k = k0 + m * st, q = m * st;
+    const T* a0 = self + border_class(k, s.N) * C * C;
+    for (int64_t j = 0; j < C * C; ++j) A[j] = a0[j];
+    if (hb) {
+      if (K == 1) {
+        for (int64_t c = 0; c < C; ++c) A[c * C + c] += hb[q];
+      } else if (K == C) {
+        for (int64_t c = 0; c < C; ++c) A[c * C + c] += hb[c * S + q];
+      } else {
+        for (int64_t r = 0; r < C; ++r)
+          for (int64_t c = 0; c < C; ++c) A[r * C + c] += hb[regsolve::packed_index(r, c, C) * S + q];
+      }
+    }
+    if (!P.weighted.empty()) {
+      i[D - 1] = k;
+      regsolve::add_self_block(P.weighted.data(), static_cast<int>(P.weighted.size()), i, s.g,
+                               wv, C, A);
+    }
+    for (int64_t c = 0; c < C; ++c) v[c] = rhs[c * S + q] - (res ? res[c * M + m] : T(0));
+    regsolve::chol_solve(A, C, v);
+    for (int64_t c = 0; c < C; ++c) out[c * S + q] = add ? out[c * S + q] + v[c] : v[c];
+  }
+}
+
+template <typename T>
+void solve_row_any(const Op<T>& op, int64_t b, int64_t* i, int64_t soff, int64_t k0, int64_t st,
+                   int64_t M, const T* rhs, const T* res, T* out, bool add, T* work) {
+  switch (op.s.C) {
+    case 1: return solve_row<T, 1>(op, b, i, soff, k0, st, M, rhs, res, out, add, work);
+    case 2: return solve_row<T, 2>(op, b, i, soff, k0, st, M, rhs, res, out, add, work);
+    case 3: return solve_row<T, 3>(op, b, i, soff, k0, st, M, rhs, res, out, add, work);
+    default: return solve_row<T, 0>(op, b, i, soff, k0, st, M, rhs, res, out, add, work);
+  }
+}
+
 template <typename T>
 void precond_kernel(const Op<T>& op, const T* r, T* z) {
   const Shape& s = op.s;
-  const int64_t C = s.C, N = s.N;
+  const int64_t C = s.C, N = s.N, S = s.S;
   at::parallel_for(0, s.B * s.R, std::max<int64_t>(1, 4096 / (N * C)), [&](int64_t r0, int64_t r1) {
-    std::vector<T> A(C * C), v(C);
+    std::vector<T> work(C * C + C);
     int64_t i[kMaxDim];
     for (int64_t row = r0; row < r1; ++row) {
-      const int64_t b = row / s.R, rr = row % s.R;
+      const int64_t b = row / s.R, rr = row % s.R, o = b * C * S + rr * N;
       row_index(s, rr, i);
-      for (int64_t k = 0; k < N; ++k) {
-        i[s.D - 1] = k;
-        const int64_t o = rr * N + k;
-        op.block(b, i, o, A.data());
-        for (int64_t c = 0; c < C; ++c) v[c] = r[(b * C + c) * s.S + o];
-        regsolve::chol_solve(A.data(), C, v.data());
-        for (int64_t c = 0; c < C; ++c) z[(b * C + c) * s.S + o] = v[c];
-      }
+      solve_row_any<T>(op, b, i, rr * N, 0, 1, N, r + o, nullptr, z + o, false, work.data());
     }
   });
 }
@@ -501,7 +688,7 @@ void relax_colour(const Op<T>& op, T* x, const T* g, const int64_t* col, const i
                   bool generic) {
   const Shape& s = op.s;
   const int D = s.D;
-  const int64_t C = s.C;
+  const int64_t C = s.C, S = s.S;
   int64_t cnt[kMaxDim], rows = s.B;  // voxels of the colour along each axis
   for (int d = 0; d < D; ++d) {
     cnt[d] = col[d] < s.g.n[d] ? (s.g.n[d] - col[d] + per[d] - 1) / per[d] : 0;
@@ -511,8 +698,8 @@ void relax_colour(const Op<T>& op, T* x, const T* g, const int64_t* col, const i
   if (rows == 0 || M == 0) return;
   const int64_t work = M * C * (op.P.max_taps + C + 1);
   at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / work), [&](int64_t r0, int64_t r1) {
-    Scratch<T> sc(op.P.max_taps);
-    std::vector<T> res(C * M), A(C * C), v(C);
+    Scratch<T> sc(op.P.max_taps, s.N);
+    std::vector<T> res(C * M), wk(C * C + C);
     int64_t i[kMaxDim];
     for (int64_t row = r0; row < r1; ++row) {
       int64_t q = row, soff = 0;
@@ -521,7 +708,7 @@ void relax_colour(const Op<T>& op, T* x, const T* g, const int64_t* col, const i
         q /= cnt[d];
         soff += i[d] * s.ss[d];
       }
-      const int64_t b = q;
+      const int64_t b = q, o = b * C * S + soff + k0;
       // residuals first: no tap couples two voxels of a colour, so the updates cannot race
       for (int c = 0; c < C; ++c) {
         T* rc = res.data() + c * M;
@@ -532,14 +719,7 @@ void relax_colour(const Op<T>& op, T* x, const T* g, const int64_t* col, const i
         else
           eval_row<T, false>(op, b, i, soff, c, k0, st, M, rc, sc);
       }
-      for (int64_t m = 0; m < M; ++m) {
-        const int64_t k = k0 + m * st, o = soff + k;
-        i[D - 1] = k;
-        op.block(b, i, o, A.data());
-        for (int64_t c = 0; c < C; ++c) v[c] = g[(b * C + c) * s.S + o] - res[c * M + m];
-        regsolve::chol_solve(A.data(), C, v.data());
-        for (int64_t c = 0; c < C; ++c) x[(b * C + c) * s.S + o] += v[c];
-      }
+      solve_row_any<T>(op, b, i, soff, k0, st, M, g + o, res.data(), x + o, true, wk.data());
     }
   });
 }
@@ -576,7 +756,7 @@ const T* ptr(const at::Tensor& t) {
 template <typename T>
 Op<T> make_op(const Plan<T>& P, const Inputs& in, const at::Tensor& x) {
   return Op<T>{P, in.s, x.const_data_ptr<T>(), ptr<T>(in.w), in.w.defined() ? in.w.size(1) : 0,
-               ptr<T>(in.h), in.h.defined() ? in.h.size(1) : 0};
+               ptr<T>(in.h), in.h.defined() ? in.h.size(1) : 0, use_avx2()};
 }
 
 at::Tensor reg_matvec(const at::Tensor& x_, const std::optional<at::Tensor>& hessian,

@@ -200,10 +200,11 @@ NJ_HD inline void add_hess_block(const View<T>& h, int64_t C, int64_t o, T* A) {
 
 // ------------------------------------------------------------------------- the voxel solve
 // z <- A^-1 z for a symmetric A (row-major C x C; its lower triangle is read and overwritten
-// by the Cholesky factor). A pivot <= 0 (a singular block) drops its component: z is 0 there
-// and its row and column leave the factorisation, the other components solve the rest.
+// by the Cholesky factor, with the reciprocals of the pivots on the diagonal). A pivot <= 0
+// (a singular block) drops its component: z is 0 there and its row and column leave the
+// factorisation, the other components solve the rest. With C a constant the loops unroll.
 template <typename T>
-NJ_HD inline void chol_solve(T* A, int64_t C, T* z) {
+NJ_HD NJ_INLINE void chol_solve(T* A, int64_t C, T* z) {
   for (int64_t j = 0; j < C; ++j) {
     T d = A[j * C + j];
     for (int64_t k = 0; k < j; ++k) d -= A[j * C + k] * A[j * C + k];
@@ -211,25 +212,25 @@ NJ_HD inline void chol_solve(T* A, int64_t C, T* z) {
       for (int64_t r = j; r < C; ++r) A[r * C + j] = T(0);
       continue;
     }
-    d = std::sqrt(d);
-    A[j * C + j] = d;
+    const T inv = T(1) / std::sqrt(d);
+    A[j * C + j] = inv;
     for (int64_t r = j + 1; r < C; ++r) {
       T v = A[r * C + j];
       for (int64_t k = 0; k < j; ++k) v -= A[r * C + k] * A[j * C + k];
-      A[r * C + j] = v / d;
+      A[r * C + j] = v * inv;
     }
   }
   for (int64_t r = 0; r < C; ++r) {  // L y = z
-    const T d = A[r * C + r];
+    const T inv = A[r * C + r];
     T v = z[r];
     for (int64_t k = 0; k < r; ++k) v -= A[r * C + k] * z[k];
-    z[r] = d != T(0) ? v / d : T(0);
+    z[r] = inv != T(0) ? v * inv : T(0);
   }
   for (int64_t r = C - 1; r >= 0; --r) {  // L^T z = y
-    const T d = A[r * C + r];
+    const T inv = A[r * C + r];
     T v = z[r];
     for (int64_t k = r + 1; k < C; ++k) v -= A[k * C + r] * z[k];
-    z[r] = d != T(0) ? v / d : T(0);
+    z[r] = inv != T(0) ? v * inv : T(0);
   }
 }
 
