@@ -218,7 +218,8 @@ def test_matvec_no_taps_and_empty(C):
 
 
 def test_generic_point_path(C, monkeypatch):
-    """NI_JIT_REGSOLVE_GENERIC=1: every element through regsolve.h's point_value."""
+    """NI_JIT_REGSOLVE_GENERIC=1: every point through regsolve.h alone (point_value,
+    add_self_block, add_hess_block, chol_solve), as the CUDA kernels will use it."""
     torch.manual_seed(6)
     rng = random.Random(6)
     monkeypatch.setenv("NI_JIT_REGSOLVE_GENERIC", "1")
@@ -228,6 +229,11 @@ def test_generic_point_path(C, monkeypatch):
         w = torch.rand(2, 3, *shape, dtype=F64)
         h = torch.randn(2, 6, *shape, dtype=F64)
         ok, err = close(C.reg_matvec(x, h, w, flat), twin.reg_matvec(x, h, w, flat))
+        assert ok, (dim, err)
+        for c in range(3):  # positive definite blocks
+            flat += [c, c, 0, 8.0] + [0] * dim + [2] * dim
+        hs = spd_hessian(2, 3, shape, 6)
+        ok, err = close(C.reg_precond(x, hs, w, flat), twin.reg_precond(x, hs, w, flat))
         assert ok, (dim, err)
         flat = realistic(dim, 3, [4] * dim, grid=False)
         g = torch.randn_like(x)

@@ -1,12 +1,17 @@
 // CPU kernels of module "regsolve" (docs/regsolve-spec.md): reg_matvec, reg_precond, reg_relax_.
 //
 // The tap list is decoded and merged once per call (taps equal but for their coefficient add
-// up). reg_matvec works row by row, a row being (b, c_out, every spatial index but the last):
-// each tap's source row is resolved once per row (the non-last axes folded through its bound,
-// which handles border rows), then the interior of the row, where no tap folds along the last
-// axis, is a vectorisable sum of shifted source rows; the first and last two elements go
-// through the generic per-point function (nitorch_jit/regsolve.h). reg_relax_ reuses the row
-// evaluation with a stride, over the voxels of one colour at a time.
+// up), and tabulated: per tap, its neighbour row's offset and its folds at the ends of a row.
+// reg_matvec works row by row, a row being (b, c_out, every spatial index but the last). A
+// row whose taps need no folding along the non-last axes (most of them) uses offsets
+// precomputed per call; a border row folds each tap's non-last axes once. The interior of the
+// row, where no tap folds along the last axis, is a sum of shifted source rows held in vector
+// registers (a baseline build and an AVX2 one, chosen at run time); the first and last two
+// elements read through the fold tables. The voxel solves (reg_precond, reg_relax_) take
+// L_vv from a table of the border classes (5 per axis) and unroll for C <= 3. reg_relax_
+// evaluates the same rows with a stride, over the voxels of one colour at a time.
+// NI_JIT_REGSOLVE_GENERIC=1 evaluates every point with nitorch_jit/regsolve.h instead, the
+// per-point code the CUDA kernels share (a test of it).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -15,7 +20,6 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <string>
@@ -116,23 +120,23 @@ std::vector<Tap<double>> parse_taps(at::ArrayRef<double> flat, const Shape& s,
   std::vector<Tap<double>> taps;
   for (int64_t t = 0; t < n / len; ++t) {
     const double* v = flat.data() + t * len;
-    const std::string which = op + ": taps: tap " + num(t) + ": ";
+    auto which = [&] { return op + ": taps: tap " + num(t) + ": "; };  // built on failure only
     TORCH_CHECK(is_int_in(v[0], 0, s.C - 1) && is_int_in(v[1], 0, s.C - 1),
-                which + "channel indices must be integers in [0, " + num(s.C) + ")");
-    TORCH_CHECK(is_int_in(v[2], 0, 2), which + "kind must be 0, 1 or 2");
-    TORCH_CHECK(std::isfinite(v[3]), which + "coefficient must be finite");
+                which() + "channel indices must be integers in [0, " + num(s.C) + ")");
+    TORCH_CHECK(is_int_in(v[2], 0, 2), which() + "kind must be 0, 1 or 2");
+    TORCH_CHECK(std::isfinite(v[3]), which() + "coefficient must be finite");
     for (int d = 0; d < D; ++d) {
       TORCH_CHECK(is_int_in(v[4 + d], -kMaxOffset, kMaxOffset),
-                  which + "offsets must be integers in [-2, 2]");
+                  which() + "offsets must be integers in [-2, 2]");
       TORCH_CHECK(is_int_in(v[4 + D + d], 0, kNumBounds - 1),
-                  which + "bound codes must be integers in [0, 6]");
+                  which() + "bound codes must be integers in [0, 6]");
     }
     const Tap<double> tap = regsolve::decode_tap<double>(v, D);
     bool centred = true;
     for (int d = 0; d < D; ++d) centred = centred && tap.off[d] == 0;
     TORCH_CHECK(tap.kind != 1 || tap.c_in == tap.c_out,
-                which + "kind 1 (weighted difference) needs c_in == c_out");
-    TORCH_CHECK(tap.kind != 2 || centred, which + "kind 2 (weighted identity) needs offsets 0");
+                which() + "kind 1 (weighted difference) needs c_in == c_out");
+    TORCH_CHECK(tap.kind != 2 || centred, which() + "kind 2 (weighted identity) needs offsets 0");
     taps.push_back(tap);
   }
   return taps;
@@ -296,7 +300,8 @@ struct Op {
   int64_t wc;
   const T* h;
   int64_t K;
-  bool avx2;  // the AVX2 build of the tap sums
+  bool avx2;     // the AVX2 build of the tap sums
+  bool generic;  // every point through regsolve.h (NI_JIT_REGSOLVE_GENERIC=1)
 
   View<T> view(const T* base, int64_t nc, int64_t b) const {
     View<T> v;
@@ -340,50 +345,46 @@ void sum_taps_strided(T* o, int64_t cnt, int64_t st, const T* base, const int64_
 #if defined(__GNUC__)
 #define NJ_RS_VECTOR 1
 // The same for st == 1: chunks of U vectors of B bytes held in registers while every tap is
-// added (one load per tap and element; o is read and written once). A tail shorter than a
-// vector is an overlapping vector computed from zero, of which only the new lanes are added.
+// added (one load per tap and element; o is read and written once). The remainder is one more
+// chunk that overlaps the previous one, computed from zero, of which only the new elements are
+// added (U independent sums rather than a latency-bound single one). U = 8, or 4 or 1 for
+// shorter rows.
+template <int B, int U, typename T>
+__attribute__((always_inline)) inline void sum_chunks(T* o, int64_t cnt, const T* base,
+                                                      const int64_t* offs, const T* cs, int n) {
+  typedef T V __attribute__((vector_size(B)));
+  typedef T VU __attribute__((vector_size(B), aligned(sizeof(T)), may_alias));  // in memory
+  constexpr int64_t L = B / sizeof(T), W = U * L;
+  auto at = [](const T* p) -> const VU& { return *reinterpret_cast<const VU*>(p); };
+  for (int64_t m = 0; m < cnt; m += W) {
+    const bool last = m + W > cnt;
+    const int64_t from = last ? cnt - W : m;
+    V a[U];
+    for (int u = 0; u < U; ++u) a[u] = last ? V{} : at(o + m + u * L);
+    for (int t = 0; t < n; ++t) {
+      const T* p = base + offs[t] + from;
+      const T c = cs[t];
+      for (int u = 0; u < U; ++u) a[u] += c * at(p + u * L);
+    }
+    if (!last) {
+      for (int u = 0; u < U; ++u) *reinterpret_cast<VU*>(o + m + u * L) = a[u];
+      continue;
+    }
+    T buf[W];
+    for (int u = 0; u < U; ++u) *reinterpret_cast<VU*>(buf + u * L) = a[u];
+    for (int64_t q = m; q < cnt; ++q) o[q] += buf[q - from];
+  }
+}
+
 template <int B, typename T>
 __attribute__((always_inline)) inline void sum_taps_vec(T* o, int64_t cnt, const T* base,
                                                         const int64_t* offs, const T* cs, int n) {
-  typedef T V __attribute__((vector_size(B)));
-  constexpr int64_t L = B / sizeof(T), U = 4;
-  auto load = [](const T* p) {
-    V v;
-    std::memcpy(&v, p, sizeof(V));
-    return v;
-  };
-  auto store = [](T* p, const V& v) { std::memcpy(p, &v, sizeof(V)); };
-  int64_t m = 0;
-  for (; m + U * L <= cnt; m += U * L) {
-    V a0 = load(o + m), a1 = load(o + m + L), a2 = load(o + m + 2 * L), a3 = load(o + m + 3 * L);
-    for (int t = 0; t < n; ++t) {
-      const T* p = base + offs[t] + m;
-      const T c = cs[t];
-      a0 += c * load(p);
-      a1 += c * load(p + L);
-      a2 += c * load(p + 2 * L);
-      a3 += c * load(p + 3 * L);
-    }
-    store(o + m, a0);
-    store(o + m + L, a1);
-    store(o + m + 2 * L, a2);
-    store(o + m + 3 * L, a3);
-  }
-  for (; m + L <= cnt; m += L) {
-    V a = load(o + m);
-    for (int t = 0; t < n; ++t) a += cs[t] * load(base + offs[t] + m);
-    store(o + m, a);
-  }
-  if (m == cnt) return;
-  if (cnt < L) {  // short: scalar
-    for (int t = 0; t < n; ++t)
-      for (int64_t q = 0; q < cnt; ++q) o[q] += cs[t] * base[offs[t] + q];
-    return;
-  }
-  const int64_t from = cnt - L;  // overlapping last vector
-  V a = {};
-  for (int t = 0; t < n; ++t) a += cs[t] * load(base + offs[t] + from);
-  for (int64_t q = m; q < cnt; ++q) o[q] += a[q - from];
+  constexpr int64_t L = B / sizeof(T);
+  if (cnt >= 8 * L) return sum_chunks<B, 8>(o, cnt, base, offs, cs, n);
+  if (cnt >= 4 * L) return sum_chunks<B, 4>(o, cnt, base, offs, cs, n);
+  if (cnt >= L) return sum_chunks<B, 1>(o, cnt, base, offs, cs, n);
+  for (int t = 0; t < n; ++t)
+    for (int64_t q = 0; q < cnt; ++q) o[q] += cs[t] * base[offs[t] + q];
 }
 
 #define NJ_RS_SUM_ARGS(T) T *o, int64_t cnt, const T *base, const int64_t *offs, const T *cs, int n
@@ -435,6 +436,22 @@ void sum_taps(T* o, int64_t cnt, int64_t st, const T* base, const int64_t* offs,
   (void)avx2;
   (void)tmp;
   sum_taps_strided(o, cnt, st, base, offs, cs, n);
+}
+
+// sum of f(j), j0 <= j < j1, in four partial sums (not one latency-bound chain)
+template <typename F>
+inline auto dot4(int j0, int j1, F&& f) -> decltype(f(0)) {
+  using T = decltype(f(0));
+  T a0 = T(0), a1 = T(0), a2 = T(0), a3 = T(0);
+  int j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    a0 += f(j);
+    a1 += f(j + 1);
+    a2 += f(j + 2);
+    a3 += f(j + 3);
+  }
+  for (; j < j1; ++j) a0 += f(j);
+  return (a0 + a1) + (a2 + a3);
 }
 
 // o[m] = (L x + H x)[c_out] at elements k = k0 + m * st (m < M) of the row of batch b at
@@ -531,10 +548,8 @@ void eval_row(const Op<T>& op, int64_t b, const int64_t* ridx, int64_t soff, int
     if (cnt > 0) sum_taps(o + m0, cnt, st, base, P.inner.data() + f, P.coef.data() + f, n, op.avx2,
                            sc.row.data());
     edges([&](int64_t m, int64_t, int64_t e) {
-      T a = T(0);
-      for (int j = P.edge_first[4 * c_out + e]; j < P.edge_first[4 * c_out + e + 1]; ++j)
-        a += P.edge_w[j] * xs[P.edge_off[j]];
-      o[m] += a;
+      o[m] += dot4(P.edge_first[4 * c_out + e], P.edge_first[4 * c_out + e + 1],
+                   [&](int j) { return P.edge_w[j] * xs[P.edge_off[j]]; });
     });
     return;
   }
@@ -551,12 +566,10 @@ void eval_row(const Op<T>& op, int64_t b, const int64_t* ridx, int64_t soff, int
   if (cnt > 0)
     sum_taps(o + m0, cnt, st, base, sc.offs.data(), sc.cs.data(), n0, op.avx2, sc.row.data());
   edges([&](int64_t m, int64_t, int64_t e) {
-    T a = T(0);
-    for (int t = 0; t < n0; ++t) {
+    o[m] += dot4(0, n0, [&](int t) {
       const int k = sc.ti[t] + static_cast<int>(e);
-      a += sc.cs[t] * P.edge_s[k] * xs[sc.roff[t] + P.edge_j[k]];
-    }
-    o[m] += a;
+      return sc.cs[t] * P.edge_s[k] * xs[sc.roff[t] + P.edge_j[k]];
+    });
   });
 }
 
@@ -596,7 +609,6 @@ void matvec_kernel(const Op<T>& op, T* out) {
   const Shape& s = op.s;
   const int64_t rows = s.B * s.C * s.R;
   const int64_t work = s.N * (op.P.max_taps + 1);
-  const bool generic = generic_requested();
   at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / work), [&](int64_t r0, int64_t r1) {
     Scratch<T> sc(op.P.max_taps, s.N);
     int64_t ridx[kMaxDim];
@@ -604,7 +616,7 @@ void matvec_kernel(const Op<T>& op, T* out) {
       const int64_t rr = r % s.R, bc = r / s.R, b = bc / s.C;
       const int c = static_cast<int>(bc % s.C);
       row_index(s, rr, ridx);
-      if (generic)
+      if (op.generic)
         eval_row_generic<T>(op, b, ridx, c, 0, 1, s.N, out + r * s.N);
       else
         eval_row<T, true>(op, b, ridx, rr * s.N, c, 0, 1, s.N, out + r * s.N, sc);
@@ -633,6 +645,16 @@ void solve_row(const Op<T>& op, int64_t b, int64_t* i, int64_t soff, int64_t k0,
   T* v = NC ? v_fixed : work + C * C;
   for (int64_t m = 0; m < M; ++m) {
     const int64_t k = k0 + m * st, q = m * st;
+    if (op.generic) {  // regsolve.h alone
+      i[D - 1] = k;
+      std::fill(A, A + C * C, T(0));
+      regsolve::add_hess_block(op.view(op.h, K, b), C, soff + k, A);
+      regsolve::add_self_block(P.taps.data(), static_cast<int>(P.taps.size()), i, s.g, wv, C, A);
+      for (int64_t c = 0; c < C; ++c) v[c] = rhs[c * S + q] - (res ? res[c * M + m] : T(0));
+      regsolve::chol_solve(A, C, v);
+      for (int64_t c = 0; c < C; ++c) out[c * S + q] = add ? out[c * S + q] + v[c] : v[c];
+      continue;
+    }
     const T* a0 = self + border_class(k, s.N) * C * C;
     for (int64_t j = 0; j < C * C; ++j) A[j] = a0[j];
     if (hb) {
@@ -684,8 +706,7 @@ void precond_kernel(const Op<T>& op, const T* r, T* z) {
 
 // One colour of a Gauss-Seidel sweep: every voxel i with i_d = col_d (mod per_d), at once.
 template <typename T>
-void relax_colour(const Op<T>& op, T* x, const T* g, const int64_t* col, const int64_t* per,
-                  bool generic) {
+void relax_colour(const Op<T>& op, T* x, const T* g, const int64_t* col, const int64_t* per) {
   const Shape& s = op.s;
   const int D = s.D;
   const int64_t C = s.C, S = s.S;
@@ -712,7 +733,7 @@ void relax_colour(const Op<T>& op, T* x, const T* g, const int64_t* col, const i
       // residuals first: no tap couples two voxels of a colour, so the updates cannot race
       for (int c = 0; c < C; ++c) {
         T* rc = res.data() + c * M;
-        if (generic)
+        if (op.generic)
           eval_row_generic<T>(op, b, i, c, k0, st, M, rc);
         else if (st == 1)
           eval_row<T, true>(op, b, i, soff, c, k0, 1, M, rc, sc);
@@ -756,7 +777,7 @@ const T* ptr(const at::Tensor& t) {
 template <typename T>
 Op<T> make_op(const Plan<T>& P, const Inputs& in, const at::Tensor& x) {
   return Op<T>{P, in.s, x.const_data_ptr<T>(), ptr<T>(in.w), in.w.defined() ? in.w.size(1) : 0,
-               ptr<T>(in.h), in.h.defined() ? in.h.size(1) : 0, use_avx2()};
+               ptr<T>(in.h), in.h.defined() ? in.h.size(1) : 0, use_avx2(), generic_requested()};
 }
 
 at::Tensor reg_matvec(const at::Tensor& x_, const std::optional<at::Tensor>& hessian,
@@ -811,7 +832,6 @@ void reg_relax_(at::Tensor& x, const std::optional<at::Tensor>& hessian,
     const Plan<scalar_t> P = make_plan<scalar_t>(in.taps, s, in.w.defined());
     const Op<scalar_t> o = make_op<scalar_t>(P, in, xc);
     scalar_t* xp = xc.data_ptr<scalar_t>();
-    const bool generic = generic_requested();
     for (int64_t it = 0; it < nb_iter; ++it)
       for (int64_t c = 0; c < ncol; ++c) {  // colours in lexicographic order
         int64_t col[kMaxDim], q = c;
@@ -819,7 +839,7 @@ void reg_relax_(at::Tensor& x, const std::optional<at::Tensor>& hessian,
           col[d] = q % per[d];
           q /= per[d];
         }
-        relax_colour<scalar_t>(o, xp, g.const_data_ptr<scalar_t>(), col, per, generic);
+        relax_colour<scalar_t>(o, xp, g.const_data_ptr<scalar_t>(), col, per);
       }
   });
   if (!xc.is_same(x)) x.copy_(xc);
