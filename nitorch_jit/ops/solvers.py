@@ -48,38 +48,43 @@ def _dot(a, b):
     return torch.sum(a * b, dim=dims, keepdim=True, dtype=torch.float64)
 
 
-def cg(system, g, x=None, max_iter=16, tolerance=1e-5):
-    """Preconditioned conjugate gradients; returns the iterate of smallest residual."""
+def cg(system, g, x=None, max_iter=16, tolerance=1e-5, best=True):
+    """Preconditioned conjugate gradients, per batch element.
+
+    Returns the iterate of smallest residual (best=True), else the last one (smoothing)."""
     x = torch.zeros_like(g) if x is None else x.clone()
     r = g - system.matvec(x) if x.abs().max() > 0 else g.clone()
     gnorm = _dot(g, g).sqrt().clamp_min(1e-300)
-    best_x, best = x.clone(), (_dot(r, r).sqrt() / gnorm)
-    z = system.precond(r)
-    p = z
-    rz = _dot(r, z)
+    best_x, best_res = (x.clone(), _dot(r, r).sqrt() / gnorm) if best else (None, None)
+    p = rz = None
     for _ in range(max_iter):
-        if float(best.max()) <= tolerance:
+        if best and float(best_res.max()) <= tolerance:
             break
+        z = system.precond(r)
+        rz_new = _dot(r, z)
+        if p is None:
+            p = z
+        else:
+            ok = rz > 0
+            beta = torch.where(ok, rz_new / torch.where(ok, rz, torch.ones_like(rz)),
+                               torch.zeros_like(rz)).to(g.dtype)
+            p = z + beta * p
+        rz = rz_new
         ap = system.matvec(p)
         pap = _dot(p, ap)
         ok = pap > 0
+        if not bool(ok.any()):
+            break  # converged exactly, or breakdown: nothing left to improve
         alpha = torch.where(ok, rz / torch.where(ok, pap, torch.ones_like(pap)),
                             torch.zeros_like(pap)).to(g.dtype)
         x = x + alpha * p
         r = r - alpha * ap
-        res = _dot(r, r).sqrt() / gnorm
-        better = res < best
-        best_x = torch.where(better, x, best_x)
-        best = torch.where(better, res, best)
-        if not bool(ok.any()):
-            break
-        z = system.precond(r)
-        rz_new = _dot(r, z)
-        beta = torch.where(rz > 0, rz_new / torch.where(rz > 0, rz, torch.ones_like(rz)),
-                           torch.zeros_like(rz)).to(g.dtype)
-        rz = rz_new
-        p = z + beta * p
-    return best_x
+        if best:
+            res = _dot(r, r).sqrt() / gnorm
+            better = res < best_res
+            best_x = torch.where(better, x, best_x)
+            best_res = torch.where(better, res, best_res)
+    return best_x if best else x
 
 
 def relax(system, g, x=None, max_iter=16, tolerance=1e-5, check_every=4):
@@ -148,7 +153,7 @@ def _grid_hessian_scale(h, s):
 def fmg(problem, g, system0, optim, nb_cycles, nb_iter):
     """Full multigrid (spec §4): coarse solve, then prolong + V-cycles at each finer level."""
     bound = problem.bound
-    smooth = (lambda s, x, b: cg(s, b, x, max_iter=nb_iter, tolerance=0)) if optim == "cg" \
+    smooth = (lambda s, x, b: cg(s, b, x, max_iter=nb_iter, best=False)) if optim == "cg" \
         else (lambda s, x, b: relax(s, b, x, max_iter=nb_iter, tolerance=0, check_every=nb_iter))
     levels = [_Level(problem.shape, problem.voxel_size, system0, g)]
     h, w = system0.hessian, system0.weights
