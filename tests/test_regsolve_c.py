@@ -503,6 +503,9 @@ def test_bad_arguments(C):
         (lambda: C.reg_relax_(x, h, x, w, ok, [2], 1), "period"),
         (lambda: C.reg_relax_(x, h, x, w, ok, [2, 0], 1), "period"),
         (lambda: C.reg_relax_(x, h, x, w, ok, [2, 2], -1), "nb_iter"),
+        (lambda: C.reg_relax_(x, h, x, w, ok, [1, 2], 1), "period"),     # offset 1, period 1
+        (lambda: C.reg_relax_(x, h, x, w, ok[:4] + [2.0, 0.0] + ok[6:], [2, 2], 1), "period"),
+        (lambda: C.reg_relax_(x, h, x, w, ok[:6] + [5.0, 2.0], [3, 2], 1), "period"),  # 4 % 3
     ]
     for i, (fn, name) in enumerate(cases):
         with pytest.raises(RuntimeError, match=name):

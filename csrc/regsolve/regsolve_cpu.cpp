@@ -662,9 +662,12 @@ void solve_row(const Op<T>& op, int64_t b, int64_t* i, int64_t soff, int64_t k0,
         for (int64_t c = 0; c < C; ++c) A[c * C + c] += hb[q];
       } else if (K == C) {
         for (int64_t c = 0; c < C; ++c) A[c * C + c] += hb[c * S + q];
-      } else {
-        for (int64_t r = 0; r < C; ++r)
-          for (int64_t c = 0; c < C; ++c) A[r * C + c] += hb[regsolve::packed_index(r, c, C) * S + q];
+      } else {  // the diagonal, then the upper triangle row by row into the lower one (read
+                // by the solve)
+        const T* hq = hb + q;
+        for (int64_t c = 0; c < C; ++c) A[c * C + c] += hq[c * S];
+        for (int64_t r = 0, j = C; r < C; ++r)
+          for (int64_t c = r + 1; c < C; ++c, ++j) A[c * C + r] += hq[j * S];
       }
     }
     if (!P.weighted.empty()) {
@@ -746,6 +749,34 @@ void relax_colour(const Op<T>& op, T* x, const T* g, const int64_t* col, const i
 }
 
 // ------------------------------------------------------------------------- the ops
+// A colour is updated in parallel, which is exact (and race-free) only if no tap couples two
+// voxels of one colour: refuse periods that let one. Per axis, whether the tap can land on
+// the same colour (any index), and whether it can do so on another voxel; the axes combine.
+void check_colours(const std::vector<Tap<double>>& taps, const Shape& s, at::IntArrayRef period,
+                   const std::string& op) {
+  for (size_t t = 0; t < taps.size(); ++t) {
+    const Tap<double>& tap = taps[t];
+    if (tap.kind == 2 || tap.coef == 0.0) continue;
+    bool same = true, moved = false;
+    for (int d = 0; d < s.D && same; ++d) {
+      if (tap.off[d] == 0) continue;  // same index: same colour, not moved
+      bool any = false;
+      for (int64_t i = 0; i < s.g.n[d]; ++i) {
+        int sg;
+        const int64_t j = fold_index(i + tap.off[d], s.g.n[d], tap.bound[d], sg);
+        if (sg && (j - i) % period[d] == 0) {
+          any = true;
+          moved = moved || j != i;
+        }
+      }
+      same = any;
+    }
+    TORCH_CHECK(!(same && moved), op + ": period: tap " + num(static_cast<int64_t>(t)) +
+                " couples two voxels of one colour; the periods must exceed the taps' reach "
+                "(and avoid wrapped neighbours with dft)");
+  }
+}
+
 struct Inputs {
   Shape s;
   std::vector<Tap<double>> taps;
@@ -821,6 +852,7 @@ void reg_relax_(at::Tensor& x, const std::optional<at::Tensor>& hessian,
   for (int64_t p : period) TORCH_CHECK(p >= 1, op + ": period values must be >= 1");
   TORCH_CHECK(nb_iter >= 0, op + ": nb_iter must be >= 0, got " + num(nb_iter));
   if (x.numel() == 0 || nb_iter == 0) return;
+  check_colours(in.taps, s, period, op);
   const at::Tensor g = gradient_.contiguous();
   at::Tensor xc = x.is_contiguous() ? x : x.contiguous();  // work on a copy, copied back
   int64_t per[kMaxDim] = {1, 1, 1}, ncol = 1;
