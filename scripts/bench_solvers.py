@@ -143,8 +143,10 @@ def compile_time():
         code = ("import time, nitorch_jit.backend as b; t = time.perf_counter(); "
                 "b.load_module('regsolve', 'cpu'); print(time.perf_counter() - t)")
         res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True, check=True)
-        return float(res.stdout.strip().splitlines()[-1])
+                             text=True)
+        if res.returncode:
+            return f"failed: {res.stderr.strip().splitlines()[-1]}"
+        return f"{float(res.stdout.strip().splitlines()[-1]):.1f} s"
 
 
 def main():
@@ -200,7 +202,7 @@ def main():
          f"residual {res_fmg:.1e} / {res_pcg:.1e}"),
     ]
     if not args.no_compile_time:
-        rows.append(("first-use compile, regsolve CPU", f"{compile_time():.1f} s", "", "", "",
+        rows.append(("first-use compile, regsolve CPU", compile_time(), "", "", "",
                      "fresh cache"))
     print_table(rows, ["routine", "ours", "peer", "peer time", "ratio", "note"])
     return 0

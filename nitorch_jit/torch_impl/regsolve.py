@@ -146,11 +146,19 @@ def _neighbour_weight(reader, w, offs, bounds):
 
 
 # ----------------------------------------------------------------------------- kernels
+def _unit_weights(weights, x, taps):
+    """Weighted taps (kinds 1, 2) without weights read w = 1, as the compiled kernels do."""
+    if weights is None and any(t[2] for t in parse_taps(taps, x.dim() - 2)):
+        return x.new_ones([1, 1] + list(x.shape[2:]))
+    return weights
+
+
 def reg_matvec(x, hessian, weights, taps):
     """L x (+ H x): the tap list applied to x [B, C, *S] (spec §2)."""
     dim = x.dim() - 2
     reader = _Reader(x.shape[2:], x.device)
     chans = x.shape[1]
+    weights = _unit_weights(weights, x, taps)
     out = [None] * chans  # per output channel, accumulated out of place (autograd-safe)
 
     def acc(co, term):
@@ -185,6 +193,8 @@ def self_block(shape, dtype, device, weights, taps, chans):
     dim = len(shape)
     reader = _Reader(shape, device)
     parsed = parse_taps(taps, dim)
+    if weights is None and any(t[2] for t in parsed):
+        weights = torch.ones([1, 1] + list(shape), dtype=dtype, device=device)
     diag = all(co == ci for co, ci, *_ in parsed)
     bsz = 1 if weights is None else weights.shape[0]
     blk = torch.zeros([bsz, chans] + ([] if diag else [chans]) + list(shape), dtype=dtype,
