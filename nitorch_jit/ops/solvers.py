@@ -49,13 +49,18 @@ def _dot(a, b):
 
 
 def cg(system, g, x=None, max_iter=16, tolerance=1e-5, best=True):
-    """Preconditioned conjugate gradients, per batch element.
+    """Preconditioned conjugate gradients, per batch element (x=None starts from 0).
 
-    Returns the iterate of smallest residual (best=True), else the last one (smoothing)."""
-    x = torch.zeros_like(g) if x is None else x.clone()
-    r = g - system.matvec(x) if x.abs().max() > 0 else g.clone()
-    gnorm = _dot(g, g).sqrt().clamp_min(1e-300)
-    best_x, best_res = (x.clone(), _dot(r, r).sqrt() / gnorm) if best else (None, None)
+    best=True: returns the iterate of smallest residual. best=False (smoothing): returns the
+    last iterate and its residual, (x, r), with no convergence test."""
+    if x is None:
+        x, r = torch.zeros_like(g), g.clone()
+    else:
+        x = x.clone()
+        r = g - system.matvec(x)
+    if best:
+        gnorm = _dot(g, g).sqrt().clamp_min(1e-300)
+        best_x, best_res = x.clone(), _dot(r, r).sqrt() / gnorm
     p = rz = None
     for _ in range(max_iter):
         if best and float(best_res.max()) <= tolerance:
@@ -68,7 +73,7 @@ def cg(system, g, x=None, max_iter=16, tolerance=1e-5, best=True):
             ok = rz > 0
             beta = torch.where(ok, rz_new / torch.where(ok, rz, torch.ones_like(rz)),
                                torch.zeros_like(rz)).to(g.dtype)
-            p = z + beta * p
+            p = torch.addcmul(z, beta, p)
         rz = rz_new
         ap = system.matvec(p)
         pap = _dot(p, ap)
@@ -77,21 +82,25 @@ def cg(system, g, x=None, max_iter=16, tolerance=1e-5, best=True):
             break  # converged exactly, or breakdown: nothing left to improve
         alpha = torch.where(ok, rz / torch.where(ok, pap, torch.ones_like(pap)),
                             torch.zeros_like(pap)).to(g.dtype)
-        x = x + alpha * p
-        r = r - alpha * ap
+        x.addcmul_(alpha, p)
+        r.addcmul_(alpha, ap, value=-1)
         if best:
             res = _dot(r, r).sqrt() / gnorm
             better = res < best_res
-            best_x = torch.where(better, x, best_x)
+            if bool(better.all()):
+                best_x.copy_(x)
+            elif bool(better.any()):
+                best_x = torch.where(better, x, best_x)
             best_res = torch.where(better, res, best_res)
-    return best_x if best else x
+    return best_x if best else (x, r)
 
 
 def relax(system, g, x=None, max_iter=16, tolerance=1e-5, check_every=4):
     """Coloured Gauss–Seidel; the residual is checked every `check_every` sweeps."""
     x = torch.zeros_like(g) if x is None else x.clone()
     gnorm = _dot(g, g).sqrt().clamp_min(1e-300)
-    best_x, best = x.clone(), _dot(g - system.matvec(x), g - system.matvec(x)).sqrt() / gnorm
+    r = g - system.matvec(x)
+    best_x, best = x.clone(), _dot(r, r).sqrt() / gnorm
     done = 0
     while done < max_iter and float(best.max()) > tolerance:
         n = min(check_every, max_iter - done)
@@ -153,8 +162,13 @@ def _grid_hessian_scale(h, s):
 def fmg(problem, g, system0, optim, nb_cycles, nb_iter):
     """Full multigrid (spec §4): coarse solve, then prolong + V-cycles at each finer level."""
     bound = problem.bound
-    smooth = (lambda s, x, b: cg(s, b, x, max_iter=nb_iter, best=False)) if optim == "cg" \
-        else (lambda s, x, b: relax(s, b, x, max_iter=nb_iter, tolerance=0, check_every=nb_iter))
+    def smooth(system, x, b):
+        """nb_iter smoothing iterations: (x, its residual)."""
+        if optim == "cg":
+            return cg(system, b, x, max_iter=nb_iter, best=False)
+        x = torch.zeros_like(b) if x is None else x.clone()
+        system.relax_(x, b, nb_iter)
+        return x, b - system.matvec(x)
     levels = [_Level(problem.shape, problem.voxel_size, system0, g)]
     h, w = system0.hessian, system0.weights
     while len(levels) < 16 and max(levels[-1].shape) > 4:
@@ -196,15 +210,14 @@ def fmg(problem, g, system0, optim, nb_cycles, nb_iter):
             .reshape(b.shape)
 
     def vcycle(i, x, b):
+        """One V-cycle from x (None: zero) on level i; returns the new x."""
         lev = levels[i]
         if i == len(levels) - 1:
             return coarse_solve(lev, b)
-        x = smooth(lev.system, x, b)
-        r = b - lev.system.matvec(x)
-        e = vcycle(i + 1, torch.zeros_like(down(r, lev, levels[i + 1])),
-                   down(r, lev, levels[i + 1]))
+        x, r = smooth(lev.system, x, b)
+        e = vcycle(i + 1, None, down(r, lev, levels[i + 1]))
         x = x + up(e, lev, levels[i + 1])
-        return smooth(lev.system, x, b)
+        return smooth(lev.system, x, b)[0]
 
     x = coarse_solve(levels[-1], levels[-1].g)
     for i in range(len(levels) - 2, -1, -1):
