@@ -4,7 +4,6 @@ stencil values of SPM / NITorch / jitfields, grouped conv3d, gradcheck and opche
 The dense operators are probed with unit vectors through the public API (the backend the
 process chose) or through the TORCH twin where the test is about the discretisation.
 """
-import itertools
 
 import pytest
 import torch

@@ -1,4 +1,6 @@
 """Parse user-facing option names (interpolation orders, bounds, anchors) into kernel codes."""
+import math
+
 import torch
 
 BOUND_CODES = {
@@ -28,6 +30,18 @@ def per_dim(value, dim, argname):
             raise ValueError(f"{argname}: got {len(values)} values for {dim} spatial dimensions")
         return values + values[-1:] * (dim - len(values))
     return [value] * dim
+
+
+def positive_floats(value, dim, argname):
+    """`dim` finite positive floats from a number or a list (per_dim)."""
+    out = []
+    for v in per_dim(value, dim, argname):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{argname}: expected positive numbers, got {v!r}")
+        if not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"{argname}: expected positive numbers, got {v!r}")
+        out.append(float(v))
+    return out
 
 
 def bound_codes(bound, dim, argname="bound"):

@@ -14,7 +14,7 @@ import torch
 from .. import backend
 from ..torch_impl import regsolve as _twin
 from . import library  # noqa: F401  (defines the schemas)
-from .options import BOUND_NAMES, bound_codes, check_tensor, per_dim
+from .options import BOUND_NAMES, bound_codes, check_tensor, per_dim, positive_floats
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "regsolve"
@@ -95,12 +95,7 @@ def _penalty(value, n, argname):
 
 def voxel_sizes(voxel_size, dim):
     """`dim` positive voxel sizes from a number or a list."""
-    out = []
-    for v in per_dim(voxel_size, dim, "voxel_size"):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
-            raise ValueError(f"voxel_size: expected positive numbers, got {v!r}")
-        out.append(float(v))
-    return out
+    return positive_floats(voxel_size, dim, "voxel_size")
 
 
 def bounds(bound, dim):

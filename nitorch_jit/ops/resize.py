@@ -27,7 +27,7 @@ import torch
 
 from .. import backend
 from . import library  # noqa: F401  (defines the schemas)
-from .options import bound_codes, check_tensor, order_codes, per_dim
+from .options import bound_codes, check_tensor, order_codes, per_dim, positive_floats
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "resize"
@@ -95,16 +95,7 @@ def _spatial_dim(image, *lists):
 
 
 def _factors(factor, dim):
-    if factor is None:
-        return None
-    out = []
-    for f in per_dim(factor, dim, "factor"):
-        if isinstance(f, bool) or not isinstance(f, (int, float)):
-            raise TypeError(f"factor: expected positive numbers, got {f!r}")
-        if not (f > 0 and math.isfinite(f)):
-            raise ValueError(f"factor: expected positive numbers, got {f!r}")
-        out.append(float(f))
-    return out
+    return None if factor is None else positive_floats(factor, dim, "factor")
 
 
 def _shapes(shape, dim):
