@@ -1,6 +1,7 @@
-"""The CUDA modules without a GPU: each (pushpull, splinc, resize) compiles for an explicit
-arch and registers every op of its module under the CUDA key; and a CUDA device whose kernels
-cannot be compiled falls back to the pure-PyTorch kernels with one warning (or raises with NI_COMPILED_BACKEND=C).
+"""The CUDA modules without a GPU: each (pushpull, splinc, resize, regsolve) compiles for an
+explicit arch and registers every op of its module under the CUDA key; and a CUDA device whose
+kernels cannot be compiled falls back to the pure-PyTorch kernels with one warning (or raises
+with NI_COMPILED_BACKEND=C).
 
 The build runs in a fresh process with its own cache (loading a second copy of the CUDA
 kernels into the test process would re-register them). Skipped only when torch is a CPU build
@@ -51,7 +52,7 @@ print("ARCHS", json.dumps([e.manifest["key"].get("archs") for e in entries]))
 """
 
 
-@pytest.mark.parametrize("module", ["pushpull", "splinc", "resize"])
+@pytest.mark.parametrize("module", ["pushpull", "splinc", "resize", "regsolve"])
 def test_cuda_module_builds_and_registers(tmp_path, module):
     if torch.version.cuda is None:
         pytest.skip("torch is a CPU-only build (torch.version.cuda is None): no CUDA module")

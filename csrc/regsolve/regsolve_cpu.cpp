@@ -11,7 +11,9 @@
 // L_vv from a table of the border classes (5 per axis) and unroll for C <= 3. reg_relax_
 // evaluates the same rows with a stride, over the voxels of one colour at a time.
 // NI_JIT_REGSOLVE_GENERIC=1 evaluates every point with nitorch_jit/regsolve.h instead, the
-// per-point code the CUDA kernels share (a test of it).
+// per-point code the CUDA kernels share (a test of it). The argument checks, the tap list's
+// decoding and merging and the colour check of reg_relax_ are regsolve_host.h, shared with the
+// CUDA ops.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "nitorch_jit/regsolve.h"
+#include "regsolve_host.h"
 
 #if defined(_MSC_VER)
 #define NJ_RS_RESTRICT __restrict
@@ -42,105 +45,14 @@ using regsolve::kMaxOffset;
 using regsolve::Tap;
 using regsolve::View;
 
-std::string num(int64_t v) { return std::to_string(v); }
+namespace host = regsolve::host;
+using host::Shape;
 
-// ------------------------------------------------------------------------- arguments
-struct Shape {
-  int D = 1;
-  int64_t B = 0, C = 0;
-  Grid g;
-  int64_t S = 1;  // voxels per channel
-  int64_t N = 1;  // last spatial size (row length)
-  int64_t R = 1;  // rows per channel
-  int64_t ss[kMaxDim] = {0, 0, 0};  // spatial strides of a contiguous tensor
+// The device of the CPU ops, for the shared checks (regsolve_host.h).
+struct CpuDevice {
+  static constexpr const char* kDevice = "CPU";
+  static bool on_device(const at::Tensor& t) { return t.device().is_cpu(); }
 };
-
-Shape check_main(const at::Tensor& x, const std::string& op, const char* arg) {
-  TORCH_CHECK(x.device().is_cpu(), op + ": " + arg + " must be a CPU tensor");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble,
-              op + ": " + arg + " must be float32 or float64");
-  TORCH_CHECK(x.dim() >= 3 && x.dim() <= 5, op + ": " + arg +
-              " must have shape [B, C, *S] with 1 to 3 spatial dims, got " + num(x.dim()) +
-              " dims");
-  Shape s;
-  s.D = static_cast<int>(x.dim() - 2);
-  s.B = x.size(0);
-  s.C = x.size(1);
-  s.g.D = s.D;
-  for (int d = s.D - 1; d >= 0; --d) {
-    s.g.n[d] = x.size(2 + d);
-    s.ss[d] = s.S;
-    s.S *= s.g.n[d];
-  }
-  s.N = s.g.n[s.D - 1];
-  s.R = s.N ? s.S / s.N : 0;
-  return s;
-}
-
-// A tensor that goes with x: CPU, same dtype, batch and spatial sizes; returns its channels.
-int64_t check_aux(const at::Tensor& t, const at::Tensor& x, const std::string& op,
-                  const char* arg) {
-  const std::string where = op + ": " + arg;
-  TORCH_CHECK(t.device().is_cpu(), where + " must be a CPU tensor");
-  TORCH_CHECK(t.scalar_type() == x.scalar_type(), where + " must have the dtype of the field");
-  bool ok = t.dim() == x.dim() && t.size(0) == x.size(0);
-  for (int64_t k = 2; ok && k < x.dim(); ++k) ok = t.size(k) == x.size(k);
-  TORCH_CHECK(ok, where + " must have the batch size and spatial shape of the field ([B, *, *S])");
-  return t.size(1);
-}
-
-void check_hessian(const at::Tensor& h, const at::Tensor& x, const Shape& s,
-                   const std::string& op) {
-  const int64_t K = check_aux(h, x, op, "hessian");
-  TORCH_CHECK(K == 1 || K == s.C || K == regsolve::packed_sym_size(s.C),
-              op + ": hessian: " + num(K) + " values per voxel fit no packing for " + num(s.C) +
-              " channels; expected 1 (scalar), " + num(s.C) + " (diagonal) or " +
-              num(regsolve::packed_sym_size(s.C)) + " (symmetric)");
-}
-
-void check_weights(const at::Tensor& w, const at::Tensor& x, const Shape& s,
-                   const std::string& op) {
-  const int64_t K = check_aux(w, x, op, "weights");
-  TORCH_CHECK(K == 1 || K == s.C, op + ": weights must have 1 or " + num(s.C) +
-              " channels, got " + num(K));
-}
-
-bool is_int_in(double v, double lo, double hi) {
-  return std::isfinite(v) && v == std::floor(v) && v >= lo && v <= hi;
-}
-
-// Decodes and validates the flat tap list.
-std::vector<Tap<double>> parse_taps(at::ArrayRef<double> flat, const Shape& s,
-                                    const std::string& op) {
-  const int D = s.D;
-  const int64_t len = regsolve::tap_length(D);
-  const int64_t n = static_cast<int64_t>(flat.size());
-  TORCH_CHECK(n % len == 0, op + ": taps: expected a multiple of 4 + 2D = " + num(len) +
-              " numbers for " + num(D) + " spatial dims, got " + num(n));
-  std::vector<Tap<double>> taps;
-  for (int64_t t = 0; t < n / len; ++t) {
-    const double* v = flat.data() + t * len;
-    auto which = [&] { return op + ": taps: tap " + num(t) + ": "; };  // built on failure only
-    TORCH_CHECK(is_int_in(v[0], 0, s.C - 1) && is_int_in(v[1], 0, s.C - 1),
-                which() + "channel indices must be integers in [0, " + num(s.C) + ")");
-    TORCH_CHECK(is_int_in(v[2], 0, 2), which() + "kind must be 0, 1 or 2");
-    TORCH_CHECK(std::isfinite(v[3]), which() + "coefficient must be finite");
-    for (int d = 0; d < D; ++d) {
-      TORCH_CHECK(is_int_in(v[4 + d], -kMaxOffset, kMaxOffset),
-                  which() + "offsets must be integers in [-2, 2]");
-      TORCH_CHECK(is_int_in(v[4 + D + d], 0, kNumBounds - 1),
-                  which() + "bound codes must be integers in [0, 6]");
-    }
-    const Tap<double> tap = regsolve::decode_tap<double>(v, D);
-    bool centred = true;
-    for (int d = 0; d < D; ++d) centred = centred && tap.off[d] == 0;
-    TORCH_CHECK(tap.kind != 1 || tap.c_in == tap.c_out,
-                which() + "kind 1 (weighted difference) needs c_in == c_out");
-    TORCH_CHECK(tap.kind != 2 || centred, which() + "kind 2 (weighted identity) needs offsets 0");
-    taps.push_back(tap);
-  }
-  return taps;
-}
 
 // ------------------------------------------------------------------------- the plan
 // Border classes along an axis of size n: 0, 1 (the first two indices), 2 (interior: no tap
@@ -178,49 +90,22 @@ struct Plan {
 template <typename T>
 Plan<T> make_plan(const std::vector<Tap<double>>& raw, const Shape& s, bool has_weights) {
   const int D = s.D;
-  // key: c_out, kind != 0, c_in, kind, offsets, bounds (ignored where the offset is 0)
-  using Key = std::array<int, 4 + 2 * kMaxDim>;
-  std::map<Key, double> merged;
-  auto add = [&](const Tap<double>& t, int kind, double coef, bool centre) {
-    Key k{};
-    k[0] = t.c_out;
-    k[1] = kind != 0;
-    k[2] = t.c_in;
-    k[3] = kind;
-    for (int d = 0; d < D; ++d) {
-      const int off = centre ? 0 : t.off[d];
-      k[4 + d] = off;
-      k[4 + kMaxDim + d] = off ? t.bound[d] : 0;
-    }
-    merged[k] += coef;
-  };
-  for (const auto& t : raw) {
-    if (t.kind == 0 || has_weights) {
-      add(t, t.kind, t.coef, false);
-    } else if (t.kind == 1) {  // no weights: omega = 1, i.e. coef * (x_i - s * x_n)
-      add(t, 0, t.coef, true);
-      add(t, 0, -t.coef, false);
-    } else {
-      add(t, 0, t.coef, true);
-    }
-  }
+  const std::vector<Tap<double>> merged = host::merge_taps(raw, D, has_weights);
   Plan<T> p;
   p.first.assign(s.C + 1, 0);
   p.mid.assign(s.C, 0);
   std::vector<Tap<T>> plain;  // kind 0
   const int64_t lo = std::min<int64_t>(kMaxOffset, s.N), hi = std::max(lo, s.N - kMaxOffset);
-  for (const auto& kv : merged) {
-    if (kv.second == 0.0) continue;
-    const Key& k = kv.first;
+  for (const auto& m : merged) {
     Tap<T> t;
-    t.c_out = k[0];
-    t.c_in = k[2];
-    t.kind = k[3];
-    t.coef = static_cast<T>(kv.second);
+    t.c_out = m.c_out;
+    t.c_in = m.c_in;
+    t.kind = m.kind;
+    t.coef = static_cast<T>(m.coef);
     int64_t delta = 0;
     for (int d = 0; d < D; ++d) {
-      t.off[d] = k[4 + d];
-      t.bound[d] = k[4 + kMaxDim + d];
+      t.off[d] = m.off[d];
+      t.bound[d] = m.bound[d];
       if (d < D - 1) delta += t.off[d] * s.ss[d];
     }
     p.taps.push_back(t);
@@ -749,55 +634,12 @@ void relax_colour(const Op<T>& op, T* x, const T* g, const int64_t* col, const i
 }
 
 // ------------------------------------------------------------------------- the ops
-// A colour is updated in parallel, which is exact (and race-free) only if no tap couples two
-// voxels of one colour: refuse periods that let one. Per axis, whether the tap can land on
-// the same colour (any index), and whether it can do so on another voxel; the axes combine.
-void check_colours(const std::vector<Tap<double>>& taps, const Shape& s, at::IntArrayRef period,
-                   const std::string& op) {
-  for (size_t t = 0; t < taps.size(); ++t) {
-    const Tap<double>& tap = taps[t];
-    if (tap.kind == 2 || tap.coef == 0.0) continue;
-    bool same = true, moved = false;
-    for (int d = 0; d < s.D && same; ++d) {
-      if (tap.off[d] == 0) continue;  // same index: same colour, not moved
-      bool any = false;
-      for (int64_t i = 0; i < s.g.n[d]; ++i) {
-        int sg;
-        const int64_t j = fold_index(i + tap.off[d], s.g.n[d], tap.bound[d], sg);
-        if (sg && (j - i) % period[d] == 0) {
-          any = true;
-          moved = moved || j != i;
-        }
-      }
-      same = any;
-    }
-    TORCH_CHECK(!(same && moved), op + ": period: tap " + num(static_cast<int64_t>(t)) +
-                " couples two voxels of one colour; the periods must exceed the taps' reach "
-                "(and avoid wrapped neighbours with dft)");
-  }
-}
-
-struct Inputs {
-  Shape s;
-  std::vector<Tap<double>> taps;
-  at::Tensor h, w;  // contiguous, or undefined
-};
+using host::Inputs;
 
 Inputs prepare(const at::Tensor& x, const std::optional<at::Tensor>& hessian,
                const std::optional<at::Tensor>& weights, at::ArrayRef<double> taps,
                const std::string& op, const char* xname) {
-  Inputs in;
-  in.s = check_main(x, op, xname);
-  if (hessian.has_value() && hessian->defined()) {
-    check_hessian(*hessian, x, in.s, op);
-    in.h = hessian->contiguous();
-  }
-  if (weights.has_value() && weights->defined()) {
-    check_weights(*weights, x, in.s, op);
-    in.w = weights->contiguous();
-  }
-  in.taps = parse_taps(taps, in.s, op);
-  return in;
+  return host::prepare<CpuDevice>(x, hessian, weights, taps, op, xname);
 }
 
 template <typename T>
@@ -844,15 +686,7 @@ void reg_relax_(at::Tensor& x, const std::optional<at::Tensor>& hessian,
   const std::string op = "reg_relax_";
   const Inputs in = prepare(x, hessian, weights, taps, op, "x");
   const Shape& s = in.s;
-  TORCH_CHECK(check_aux(gradient_, x, op, "gradient") == s.C,
-              op + ": gradient must have the shape of x");
-  TORCH_CHECK(static_cast<int64_t>(period.size()) == s.D,
-              op + ": period must have one value per spatial dim (" + num(s.D) + "), got " +
-              num(static_cast<int64_t>(period.size())));
-  for (int64_t p : period) TORCH_CHECK(p >= 1, op + ": period values must be >= 1");
-  TORCH_CHECK(nb_iter >= 0, op + ": nb_iter must be >= 0, got " + num(nb_iter));
-  if (x.numel() == 0 || nb_iter == 0) return;
-  check_colours(in.taps, s, period, op);
+  if (!host::check_relax<CpuDevice>(in, x, gradient_, period, nb_iter, op)) return;
   const at::Tensor g = gradient_.contiguous();
   at::Tensor xc = x.is_contiguous() ? x : x.contiguous();  // work on a copy, copied back
   int64_t per[kMaxDim] = {1, 1, 1}, ncol = 1;

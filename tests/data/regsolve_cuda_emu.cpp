@@ -1,0 +1,57 @@
+// Host emulation of the CUDA regsolve kernels (tests/test_cuda_emu_regsolve.py): compiles the
+// CUDA sources of csrc/regsolve (the kernels of regsolve_kernels.cuh and the host logic of
+// regsolve_cuda_host.cuh, with the checks it shares with the CPU ops) with the host compiler
+// and runs every "thread" of every launch one after the other on the CPU, with at most 2
+// blocks per grid so that the grid-stride loops run. It checks the kernels' logic (voxel and
+// colour indexing, the interior and border paths, the staged taps, the voxel solves in
+// registers, local arrays and the scratch buffer, 32/64-bit offsets) without a GPU; what only
+// a GPU does (memory spaces, the launch itself, streams) is left to tests/test_cuda_regsolve.py.
+// The ops are registered under the CPU key of the namespace nj_emu_regsolve (schemas defined
+// by the test).
+#define NJ_REGSOLVE_EMULATE 1
+#define NJ_REGSOLVE_MAX_BLOCKS 2  // the grid-stride loops run
+#define __launch_bounds__(...)
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>  // (standard headers first: they use __attribute__((__noinline__)))
+
+#include "cuda_emu.h"
+
+#define __noinline__ __attribute__((noinline))
+#include "regsolve_kernels.cuh"
+#undef __noinline__
+
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "regsolve_cuda_host.cuh"
+
+namespace {
+
+struct EmuPolicy {
+  static constexpr const char* kDevice = "CPU (CUDA emulation)";
+  static bool on_device(const at::Tensor& t) { return t.is_cpu(); }
+  struct Guard {
+    explicit Guard(c10::Device) {}
+  };
+  static cudaStream_t stream() { return nullptr; }
+  static void check(cudaError_t e) { TORCH_CHECK(e == cudaSuccess, "emulated launch failed"); }
+  // the emulated device is the host: a plain CPU buffer
+  static at::Tensor upload(const void* bytes, size_t n, const at::Tensor& like) {
+    at::Tensor t = at::empty({static_cast<int64_t>(n)}, like.options().dtype(at::kByte));
+    if (n) std::memcpy(t.data_ptr(), bytes, n);
+    return t;
+  }
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(nj_emu_regsolve, CPU, m) {
+  using Ops = nitorch_jit::regsolve::cuda::Ops<EmuPolicy>;
+  m.impl("reg_matvec", &Ops::reg_matvec);
+  m.impl("reg_precond", &Ops::reg_precond);
+  m.impl("reg_relax_", &Ops::reg_relax_);
+}
