@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One command for a GPU machine: build the CUDA kernels (pushpull, splinc, resize) for the GPU
-# present, run the CUDA tests, run the GPU benchmarks, print a summary. Runs from the source tree (no install,
-# no network), with a fresh cache in a temporary folder (so platformdirs is never needed).
+# One command for a GPU machine: build the CUDA kernels (pushpull, splinc, resize, regsolve) for
+# the GPU present, run the CUDA tests, run the GPU benchmarks, print a summary. Runs from the
+# source tree (no install, no network), with a fresh cache in a temporary folder (so
+# platformdirs is never needed).
 #
 # usage: scripts/gpu_check.sh
 #   PYTHON                 interpreter with torch (CUDA build), ninja, numpy, pytest (default python)
@@ -62,7 +63,7 @@ echo "== build (CUDA for the GPU present, then CPU)"
 limit 900 env NI_COMPILED_BACKEND=C NI_JIT_VERBOSE=0 "$PY" - <<'EOF' | tee "$WORK/build.txt"
 import sys, time
 from nitorch_jit import backend
-for module in ("pushpull", "splinc", "resize"):
+for module in ("pushpull", "splinc", "resize", "regsolve"):
     for device in ("cuda", "cpu"):
         t = time.monotonic()
         assert backend.ensure(module, device) == "C", backend.status()
@@ -76,7 +77,8 @@ fi
 echo "== tests"
 # the real kernels on the GPU; not the host emulation (tests/test_cuda_emu*.py) nor the
 # compile-only check (the build above did it for real), which CI runs without a GPU
-TESTS=${GPU_CHECK_TESTS:-tests/test_cuda.py tests/test_cuda_resize.py tests/test_cuda_build.py \
+TESTS=${GPU_CHECK_TESTS:-tests/test_cuda.py tests/test_cuda_resize.py tests/test_cuda_regsolve.py \
+tests/test_cuda_build.py \
 tests/test_jit.py::test_arch_list_parsing tests/test_jit.py::test_nvcc_wrapper_is_resolved}
 # shellcheck disable=SC2086
 limit 600 "$PY" -m pytest -q -p no:cacheprovider -rs --durations=5 -k "not builds_and_registers" \
@@ -90,6 +92,8 @@ BENCH_RC=$?
 [ $BENCH_RC -ne 0 ] && STATUS=1
 limit 200 "$PY" scripts/bench_cuda_resize.py --json "$WORK/bench_resize.json" 2>&1 | tee "$WORK/bench_resize.txt"
 [ $? -ne 0 ] && STATUS=1
+limit 300 "$PY" scripts/bench_cuda_regsolve.py --json "$WORK/bench_regsolve.json" 2>&1 | tee "$WORK/bench_regsolve.txt"
+[ $? -ne 0 ] && STATUS=1
 if [ $STATUS -eq 0 ] && grep -q "^TARGET .* MISS$" "$WORK/bench.txt"; then STATUS=2; fi
 
 echo
@@ -100,5 +104,7 @@ grep -E "^(bench_cuda:|copy bandwidth|vs grid_sample|TARGET|tiles off)" "$WORK/b
 grep -E "^(grid_sample|pull order|pull_backward|push order|grad_dot)" "$WORK/bench.txt" | sed 's/^/  /' || true
 echo "prefilter / resize (bench_cuda_resize.py):"
 grep -E "^(check:|spline|resize|restrict| )" "$WORK/bench_resize.txt" | sed 's/^/  /' || true
+echo "regulariser / FMG (bench_cuda_regsolve.py):"
+grep -E "^(copy bandwidth|check:|case |regulariser|reg_|solve_grid|fmg| )" "$WORK/bench_regsolve.txt" | sed 's/^/  /' || true
 echo "total: $(( $(date +%s) - T0 )) s, status $STATUS"
 exit $STATUS
