@@ -339,9 +339,10 @@ class Problem:
         return t.float() if t.dtype in _HALF else t
 
     def _flat(self, t):
+        """[B, K, *S], contiguous: the kernels would otherwise copy it on every call."""
         dim = self.dim
         return t.expand(self.batch + list(t.shape[-dim - 1:])).reshape(
-            [-1] + list(t.shape[-dim - 1:]))
+            [-1] + list(t.shape[-dim - 1:])).contiguous()
 
     def check_device(self, *tensors):
         for name, t in tensors:
