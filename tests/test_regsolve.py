@@ -391,11 +391,24 @@ def test_opcheck():
 
 
 def test_torch_compile_fullgraph():
-    x = torch.randn(1, 2, 6, 5, 4)
-    ref = nj.regulariser(x, membrane=1, bending=0.5)
-    fn = torch.compile(lambda x: nj.regulariser(x, membrane=1, bending=0.5), fullgraph=True,
-                       backend="eager")
-    assert torch.allclose(fn(x), ref)
+    # aot_eager traces the fake kernels and the registered autograd, with no graph break
+    torch.manual_seed(10)
+    x = torch.randn(1, 2, 6, 5, 4, requires_grad=True)
+    h = torch.rand(1, 3, 6, 5, 4) + 1
+    w = torch.rand(1, 1, 6, 5, 4) + 0.5
+
+    def fn(x):
+        return (nj.regulariser(x, membrane=1, absolute=0.1, hessian=h, weights=w) ** 2).sum()
+
+    ref = fn(x)
+    (gref,) = torch.autograd.grad(ref, x)
+    out = torch.compile(fn, fullgraph=True, backend="aot_eager")(x)
+    (gout,) = torch.autograd.grad(out, x)
+    assert torch.allclose(out, ref) and torch.allclose(gout, gref, atol=1e-5)
+    v = torch.randn(1, 6, 5, 4, 3)
+    fg = torch.compile(lambda v: nj.regulariser_grid(v, bending=0.5, lame=(0.1, 0.2)),
+                       fullgraph=True, backend="aot_eager")
+    assert torch.allclose(fg(v), nj.regulariser_grid(v, bending=0.5, lame=(0.1, 0.2)))
 
 
 # ----------------------------------------------------------------------------- bad input
