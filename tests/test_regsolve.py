@@ -454,3 +454,26 @@ def test_no_channel_cap_and_best_iterate():
     x = nj.solve_field(h, g, membrane=0.5, max_iter=1)
     r1 = g - nj.regulariser(x, membrane=0.5, hessian=h)
     assert torch.isfinite(x).all() and r1.norm() < g.norm()
+
+
+@pytest.mark.parametrize("dim", [1, 3])
+def test_solvers_1d_and_3d_with_hessian(dim):
+    # NITorch's 1-D relax/precond expanded the Hessian to 5-D and failed (facts §7.6)
+    c, shape = 2, [9, 4, 3][:dim]
+    h = _packed_hessian(1, c, shape, 3, seed=dim)[0]
+    g = torch.randn([c] + shape, dtype=F64, generator=torch.Generator().manual_seed(dim))
+    kw = dict(membrane=0.3, bending=0.1, bound="dft", dim=dim)
+    mat = dense(lambda e: nj.regulariser(e, hessian=h, **kw), [c] + shape)
+    ref = torch.linalg.solve(mat, g.reshape(-1)).reshape(g.shape)
+    for x in (nj.solve_field(h, g, optim="cg", max_iter=500, tolerance=1e-13, **kw),
+              nj.solve_field(h, g, optim="relax", max_iter=3000, tolerance=1e-13, **kw),
+              nj.solve_field_fmg(h, g, nb_cycles=15, nb_iter=3, **kw)):
+        assert float((x - ref).norm() / ref.norm()) < 1e-6
+    v = torch.randn(shape + [dim], dtype=F64)
+    hv = torch.rand(shape + [dim * (dim + 1) // 2], dtype=F64) * 0.1
+    hv[..., :dim] += 1
+    kw = dict(membrane=0.2, lame=(0.3, 0.1))
+    matg = dense(lambda e: nj.regulariser_grid(e, hessian=hv, **kw), shape + [dim])
+    refg = torch.linalg.solve(matg, v.reshape(-1)).reshape(v.shape)
+    x = nj.solve_grid_fmg(hv, v, nb_cycles=15, nb_iter=3, **kw)
+    assert float((x - refg).norm() / refg.norm()) < 1e-6
