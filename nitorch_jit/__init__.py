@@ -24,6 +24,9 @@ __all__ = ["affine_grid", "compiled_backend", "count", "grid_count", "grid_grad"
 
 
 def __getattr__(name):
+    if name == "ndimage":  # scipy.ndimage front end, imported on first use
+        import importlib
+        return importlib.import_module(".ndimage", __name__)
     if name == "compiled_backend":
         from . import backend
         return backend.ensure("pushpull", "cpu")
