@@ -286,8 +286,10 @@ class _Output:
 def _cast_numpy(res, dtype):
     if dtype.kind in "fc":
         return res if res.dtype == dtype else res.astype(dtype)
-    if dtype.kind == "b":
-        return res != 0
+    if dtype.kind == "b":  # scipy: (npy_bool)t, a cast to unsigned char (truncation)
+        with np.errstate(invalid="ignore"):
+            t = np.trunc(np.nan_to_num(res, nan=0.0, posinf=0.0, neginf=0.0))
+            return np.asarray(np.fmod(t, 256.0) != 0)
     info = np.iinfo(dtype)
     with np.errstate(invalid="ignore"):
         if dtype.kind == "u":
@@ -304,8 +306,9 @@ def _cast_numpy(res, dtype):
 def _cast_torch(res, dtype, kind):
     if kind in "fc":
         return res.to(dtype)
-    if kind == "b":
-        return res != 0
+    if kind == "b":  # scipy: (npy_bool)t, a cast to unsigned char (truncation)
+        t = torch.nan_to_num(res, nan=0.0, posinf=0.0, neginf=0.0).trunc()
+        return torch.fmod(t, 256.0) != 0
     info = torch.iinfo(dtype)
     if kind == "u":
         t = torch.where(res > 0, res + 0.5, torch.zeros_like(res))
@@ -364,6 +367,35 @@ def _wrap_coordinate(c, n):
     return torch.where(c < 0, lo, torch.where(c > sz, hi, c))
 
 
+def _map_coordinate(c, n, mode):
+    """scipy's map_coordinate (float64): a coordinate outside [0, n-1] mapped inside by the
+    mode. Continuous splines do not need it (the bound folds the taps), but order 0 rounds
+    the mapped coordinate, so its ties follow this mapping."""
+    if mode == "wrap":
+        return _wrap_coordinate(c, n)
+    if mode not in ("mirror", "reflect", "grid-mirror", "grid-wrap"):
+        return c
+    if n <= 1:
+        return torch.where(torch.isfinite(c), torch.zeros_like(c), c)
+    if mode == "mirror":
+        sz2 = float(2 * n - 2)
+        lo = sz2 * torch.trunc(-c / sz2) + c
+        lo = torch.where(lo <= 1 - n, lo + sz2, -lo)
+        hi = c - sz2 * torch.trunc(c / sz2)
+        hi = torch.where(hi >= n, sz2 - hi, hi)
+    elif mode == "grid-wrap":
+        lo = c + n * (torch.trunc((-1 - c) / n) + 1)
+        hi = c - n * torch.trunc(c / n)
+    else:
+        sz2 = float(2 * n)
+        lo = torch.where(c < -sz2, sz2 * torch.trunc(-c / sz2) + c, c)
+        lo = torch.where(lo < -n, lo + sz2,
+                         torch.where(lo > -1e-15, torch.full_like(lo, 1e-15), -lo) - 1)
+        hi = c - sz2 * torch.trunc(c / sz2)
+        hi = torch.where(hi >= n, sz2 - hi - 1, hi)
+    return torch.where(c < 0, lo, torch.where(c > n - 1, hi, c))
+
+
 def _pull(x, grid, order, mode, cval, prefilter):
     """Sample x [C, *S] (D = len(S) spatial dims, float) at grid [*P, D] (voxel coordinates,
     any float dtype, computed by the caller in float64 where scipy does). Returns [C, *P]."""
@@ -372,15 +404,19 @@ def _pull(x, grid, order, mode, cval, prefilter):
     pshape = tuple(grid.shape[:-1])
     g = grid.reshape(-1, dim)
     bad = None
-    if mode == "constant":
-        bad = None
+    if mode == "constant":  # cval outside [0, n-1] (NaN included: both tests fail)
+        bad = torch.ge(g[:, 0], 0)
+        tmp = torch.empty_like(bad)
         for d in range(dim):
-            ok = (g[:, d] >= 0) & (g[:, d] <= x.shape[1 + d] - 1)
-            bad = ~ok if bad is None else bad | ~ok
+            if d:
+                bad.logical_and_(torch.ge(g[:, d], 0, out=tmp))
+            bad.logical_and_(torch.le(g[:, d], x.shape[1 + d] - 1, out=tmp))
+        bad.logical_not_()
     elif not bool(torch.isfinite(g).all()):
         bad = ~torch.isfinite(g).all(-1)
-    if mode == "wrap":
-        g = torch.stack([_wrap_coordinate(g[:, d].double(), coef.shape[1 + d])
+    if mode == "wrap" or (order == 0 and mode in ("mirror", "reflect", "grid-mirror",
+                                                   "grid-wrap")):
+        g = torch.stack([_map_coordinate(g[:, d].double(), coef.shape[1 + d], mode)
                          for d in range(dim)], -1)
     if npad:
         g = g + npad
@@ -392,8 +428,8 @@ def _pull(x, grid, order, mode, cval, prefilter):
     out = out.reshape((x.shape[0], npts))
     if mode == "grid-constant" and cval != 0:
         out = out + cval
-    if bad is not None and bool(bad.any()):
-        out = out.masked_fill(bad, cval)
+    if bad is not None:  # out is a new tensor of ours: fill in place
+        out.masked_fill_(bad, cval)
     return out.reshape((x.shape[0],) + pshape)
 
 
@@ -423,8 +459,10 @@ def _zoom_shift(x, out_shape, zooms, shifts, order, mode, cval, prefilter, grid_
                 valid.append((cc >= 0) & (cc <= n - 1))
             else:
                 valid.append(np.isfinite(cc))
-        if mode == "wrap":
-            mapped = _wrap_coordinate(torch.from_numpy(cc), n).numpy()
+        if order == 0:  # ties of the rounding follow scipy's coordinates exactly
+            affine = False
+        if mode == "wrap" or order == 0:
+            mapped = _map_coordinate(torch.from_numpy(cc), n, mode).numpy()
             if not np.array_equal(mapped[valid[-1]], cc[valid[-1]]):
                 affine = False
             cc = mapped
@@ -449,8 +487,6 @@ def _zoom_shift(x, out_shape, zooms, shifts, order, mode, cval, prefilter, grid_
         from .ops.resize import _run
         out = _run(_ops().resize, coef, list(out_shape), scales, offs, [order] * dim,
                    [_TAPS[mode]] * dim, run)
-        if mode == "grid-constant" and cval != 0:
-            out = out + cval
     else:  # legacy 'wrap' leaving [0, n-1] (or non-finite): one point per output voxel
         from .ops.splinc import prefilter as _pf
         if run:
@@ -459,6 +495,8 @@ def _zoom_shift(x, out_shape, zooms, shifts, order, mode, cval, prefilter, grid_
         grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).to(coef.dtype)
         from .ops.pushpull import grid_pull
         out = grid_pull(coef, grid, interpolation=order, bound=_TAPS[mode], extrapolate=True)
+    if mode == "grid-constant" and cval != 0:
+        out = out + cval
     if not all(v.all() for v in valid):
         bad = None
         for d, v in enumerate(valid):
@@ -790,24 +828,26 @@ def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, 
                           prefilter, False)
     _check_rank(nd)
 
-    def fn(x, c):
-        return _pull(x, _affine_grid(matrix, offset, oshape, x.device), order, mode, c,
-                     prefilter)
+    def fn(x, c):  # float32 data: coordinates in float32 too (half the memory traffic)
+        return _pull(x, _affine_grid(matrix, offset, oshape, x.device, x.dtype), order, mode,
+                     c, prefilter)
     return _run_parts(inp, out, cval, fn)
 
 
-def _affine_grid(matrix, offset, oshape, device):
-    """[*oshape, D] float64 coordinates matrix @ o + offset, one full-size allocation."""
+def _affine_grid(matrix, offset, oshape, device, dtype=torch.float64):
+    """[*oshape, D] coordinates matrix @ o + offset, one full-size allocation (the per-axis
+    terms are computed in float64 and summed in `dtype`)."""
     mat = torch.as_tensor(matrix, dtype=torch.float64, device=device)
     off = torch.as_tensor(offset, dtype=torch.float64, device=device)
     ond = len(oshape)
     grid = None
-    for j, m in enumerate(oshape):
+    for j, m in enumerate(oshape):  # summed in scipy's order: ((offset + t0) + t1) + t2
         idx = torch.arange(m, dtype=torch.float64, device=device)
         term = idx[:, None] * mat[:, j]  # [m, D]
-        if j == ond - 1:
-            term = term + off
-        term = term.reshape((1,) * j + (m,) + (1,) * (ond - j - 1) + (mat.shape[0],))
+        if j == 0:
+            term = off + term
+        term = term.to(dtype).reshape((1,) * j + (m,) + (1,) * (ond - j - 1)
+                                      + (mat.shape[0],))
         grid = term if grid is None else grid + term
     return grid.expand(tuple(oshape) + (mat.shape[0],))
 
