@@ -4,9 +4,10 @@ Checks: reg_matvec, reg_precond and reg_relax_ == nitorch_jit/torch_impl/regsolv
 in float64, on random tap lists (every kind, offsets within +-2, every bound per axis, cross-
 channel taps) and on the realistic ones of ops.regularisers.taps; D = 1, 2, 3; sizes 1, 2, 3,
 5, 8 (rows with and without an interior); K = 1, C, C(C+1)/2; weights of 1 and C channels;
-float32; non-contiguous inputs; relax in place, also on a non-contiguous x; singular voxel
-blocks; the generic per-point path of regsolve.h (NI_JIT_REGSOLVE_GENERIC=1) and the header
-compiled on its own; bad arguments raising RuntimeError that names the argument. The contract
+float32; non-contiguous inputs; relax in place, also on a non-contiguous x, the same bit for
+bit on 1, 2 or 3 threads (its wave order), a gradient that is x; singular voxel blocks; the
+generic per-point path of regsolve.h (NI_JIT_REGSOLVE_GENERIC=1) and the header compiled on
+its own; bad arguments raising RuntimeError that names the argument. The contract
 is docs/regsolve-spec.md.
 """
 import itertools
@@ -391,6 +392,65 @@ def test_relax_realistic_converges(C, dim):
         C.reg_relax_(x1, h, g, None, flat, per, 200)
         res = g - C.reg_matvec(x1, h, None, flat)
         assert res.abs().max() < 1e-6 * g.abs().max(), (bnd, res.abs().max())
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_relax_wave_order_threads(C, dim):
+    """reg_relax_ runs the colours' tasks plane by plane in a wave (rows in a wave within a
+    plane), whole planes per thread, iterations pipelined in groups of 4: every voxel sees the
+    values of the colour by colour sweep, so the result is the twin's, bit for bit the same on
+    1, 2 or 3 threads. Sizes not a multiple of the period, dft (wrapped neighbours) and dct2,
+    periods larger than needed, weights, symmetric H, several batches, nb_iter = 5 (a group
+    of 4 and one of 1)."""
+    rng = random.Random(70 + dim)
+    torch.manual_seed(70 + dim)
+    shapes = {2: [[11, 9], [13, 6]], 3: [[11, 9, 13], [13, 7, 10]]}[dim]
+    threads = torch.get_num_threads()
+    try:
+        for shape, bnd in itertools.product(shapes, [5, 2]):
+            cases = [(realistic(dim, dim, [bnd] * dim, grid=True), dim, None, None),
+                     (realistic(dim, dim, [bnd] * dim, grid=True), dim, None, 1)]
+            flat = random_taps(rng, dim, 2, 16, (0, 1, 2), bounds=[bnd])
+            for c in range(2):
+                flat += [c, c, 0, 8.0] + [0] * dim + [2] * dim
+            cases.append((flat, 2, 2, None))
+            for flat, chans, wch, grow in cases:
+                per = periods(flat, shape)
+                if grow and bnd != 5:  # larger periods (dft: they could wrap onto a colour)
+                    per = [p + grow for p in per]
+                x = torch.randn(2, chans, *shape, dtype=F64)
+                g = torch.randn_like(x)
+                h = spd_hessian(2, chans, shape, chans * (chans + 1) // 2)
+                w = None if wch is None else torch.rand(2, wch, *shape, dtype=F64)
+                ref = x.clone()
+                twin.reg_relax_(ref, h, g, w, flat, per, 5)
+                outs = []
+                for nt in (1, 2, 3):
+                    torch.set_num_threads(nt)
+                    got = x.clone()
+                    C.reg_relax_(got, h, g, w, flat, per, 5)
+                    ok, err = close(got, ref)
+                    assert ok, (shape, bnd, chans, per, nt, err)
+                    outs.append(got)
+                assert all(torch.equal(outs[0], o) for o in outs[1:]), (shape, bnd, per)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_relax_gradient_aliasing_x(C):
+    """A gradient that is x itself is read as x was on entry (x is reordered in place during
+    the call)."""
+    torch.manual_seed(12)
+    flat = realistic(3, 3, [2, 2, 2], grid=True)
+    shape = [6, 7, 9]
+    per = periods(flat, shape)
+    x = torch.randn(1, 3, *shape, dtype=F64)
+    h = spd_hessian(1, 3, shape, 6)
+    ref = x.clone()
+    twin.reg_relax_(ref, h, x.clone(), None, flat, per, 2)
+    C.reg_relax_(x, h, x, None, flat, per, 2)
+    ok, err = close(x, ref)
+    assert ok, err
 
 
 def test_relax_in_place_noncontiguous_float32(C):

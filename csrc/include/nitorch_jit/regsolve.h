@@ -199,12 +199,12 @@ NJ_HD inline void add_hess_block(const View<T>& h, int64_t C, int64_t o, T* A) {
 }
 
 // ------------------------------------------------------------------------- the voxel solve
-// z <- A^-1 z for a symmetric A (row-major C x C; its lower triangle is read and overwritten
-// by the Cholesky factor, with the reciprocals of the pivots on the diagonal). A pivot <= 0
-// (a singular block) drops its component: z is 0 there and its row and column leave the
-// factorisation, the other components solve the rest. With C a constant the loops unroll.
+// A <- its Cholesky factor, for a symmetric A (row-major C x C; its lower triangle is read and
+// overwritten, with the reciprocals of the pivots on the diagonal). A pivot <= 0 (a singular
+// block) drops its component: its column is zeroed (reciprocal 0), so that chol_subst gives 0
+// there and the other components solve the rest. With C a constant the loops unroll.
 template <typename T>
-NJ_HD NJ_INLINE void chol_solve(T* A, int64_t C, T* z) {
+NJ_HD NJ_INLINE void chol_factor(T* A, int64_t C) {
   for (int64_t j = 0; j < C; ++j) {
     T d = A[j * C + j];
     for (int64_t k = 0; k < j; ++k) d -= A[j * C + k] * A[j * C + k];
@@ -220,6 +220,11 @@ NJ_HD NJ_INLINE void chol_solve(T* A, int64_t C, T* z) {
       A[r * C + j] = v * inv;
     }
   }
+}
+
+// z <- A^-1 z with A the factor of chol_factor (a factor can serve many right-hand sides).
+template <typename T>
+NJ_HD NJ_INLINE void chol_subst(const T* A, int64_t C, T* z) {
   for (int64_t r = 0; r < C; ++r) {  // L y = z
     const T inv = A[r * C + r];
     T v = z[r];
@@ -232,6 +237,13 @@ NJ_HD NJ_INLINE void chol_solve(T* A, int64_t C, T* z) {
     for (int64_t k = r + 1; k < C; ++k) v -= A[k * C + r] * z[k];
     z[r] = inv != T(0) ? v * inv : T(0);
   }
+}
+
+// z <- A^-1 z (A overwritten by its factor).
+template <typename T>
+NJ_HD NJ_INLINE void chol_solve(T* A, int64_t C, T* z) {
+  chol_factor(A, C);
+  chol_subst(A, C, z);
 }
 
 }  // namespace regsolve
