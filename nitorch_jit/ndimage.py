@@ -535,6 +535,27 @@ def _check_cval(cval):
 
 
 # ============================================================================ public API
+# The parameters every sampling function shares, written once in their docstrings.
+_SAMPLING_PARAMS = """    output : ndarray or dtype, optional
+        The array in which to place the output, or the dtype of the returned array.
+    order : int, optional
+        The order of the spline interpolation, 0 to 5 (6, 7 as an extension). Default 3.
+    mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
+'grid-wrap', 'wrap'}, optional
+        How the input is extended beyond its boundaries. Default 'constant'.
+    cval : scalar, optional
+        Value used outside the input in the 'constant' and 'grid-constant' modes. Default 0.
+    prefilter : bool, optional
+        Whether to spline-filter the input first. Default True.
+"""
+
+
+def _sampling_doc(fn):
+    """Put the shared sampling parameters where the docstring says <sampling parameters>."""
+    fn.__doc__ = fn.__doc__.replace("    <sampling parameters>\n", _SAMPLING_PARAMS)
+    return fn
+
+
 def spline_filter1d(input, order=3, axis=-1, output=np.float64, mode="mirror"):
     """Calculate a 1-D spline filter along the given axis.
 
@@ -732,6 +753,7 @@ def _output_shape_arg(output_shape, output, inp):
                                f"{output_shape!r}") from None
 
 
+@_sampling_doc
 def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, order=3,
                      mode="constant", cval=0.0, prefilter=True):
     """Apply an affine transformation.
@@ -755,17 +777,7 @@ def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, 
     output_shape : tuple of ints, optional
         Shape of the output. Default: the shape of `output` when it is an array, else the
         input's shape.
-    output : ndarray or dtype, optional
-        The array in which to place the output, or the dtype of the returned array.
-    order : int, optional
-        The order of the spline interpolation, 0 to 5 (6, 7 as an extension). Default 3.
-    mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
-'grid-wrap', 'wrap'}, optional
-        How the input is extended beyond its boundaries. Default 'constant'.
-    cval : scalar, optional
-        Value used outside the input in the 'constant' and 'grid-constant' modes. Default 0.
-    prefilter : bool, optional
-        Whether to spline-filter the input first. Default True.
+    <sampling parameters>
 
     Returns
     -------
@@ -881,6 +893,7 @@ def _separable(inp, out, oshape, zooms, shifts, order, mode, cval, prefilter, gr
     return _run_parts(inp, out, cval, fn)
 
 
+@_sampling_doc
 def shift(input, shift, output=None, order=3, mode="constant", cval=0.0, prefilter=True):
     """Shift an array.
 
@@ -893,17 +906,7 @@ def shift(input, shift, output=None, order=3, mode="constant", cval=0.0, prefilt
         The input array (real or complex; at most 3 axes with a non-zero shift).
     shift : float or sequence
         The shift along the axes; a single number applies to every axis.
-    output : ndarray or dtype, optional
-        The array in which to place the output, or the dtype of the returned array.
-    order : int, optional
-        The order of the spline interpolation, 0 to 5 (6, 7 as an extension). Default 3.
-    mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
-'grid-wrap', 'wrap'}, optional
-        How the input is extended beyond its boundaries. Default 'constant'.
-    cval : scalar, optional
-        Value used outside the input in the 'constant' and 'grid-constant' modes. Default 0.
-    prefilter : bool, optional
-        Whether to spline-filter the input first. Default True.
+    <sampling parameters>
 
     Returns
     -------
@@ -931,6 +934,7 @@ def shift(input, shift, output=None, order=3, mode="constant", cval=0.0, prefilt
     return _separable(inp, out, inp.shape, None, shifts, order, mode, cval, prefilter, False)
 
 
+@_sampling_doc
 def zoom(input, zoom, output=None, order=3, mode="constant", cval=0.0, prefilter=True, *,
          grid_mode=False):
     """Zoom an array.
@@ -944,17 +948,7 @@ def zoom(input, zoom, output=None, order=3, mode="constant", cval=0.0, prefilter
         The input array (real or complex; at most 3 axes that change).
     zoom : float or sequence
         The zoom factor along the axes; a single number applies to every axis.
-    output : ndarray or dtype, optional
-        The array in which to place the output, or the dtype of the returned array.
-    order : int, optional
-        The order of the spline interpolation, 0 to 5 (6, 7 as an extension). Default 3.
-    mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
-'grid-wrap', 'wrap'}, optional
-        How the input is extended beyond its boundaries. Default 'constant'.
-    cval : scalar, optional
-        Value used outside the input in the 'constant' and 'grid-constant' modes. Default 0.
-    prefilter : bool, optional
-        Whether to spline-filter the input first. Default True.
+    <sampling parameters>
     grid_mode : bool, optional
         False (default): the centres of the first and last samples are aligned. True: the
         outer edges of the first and last samples are aligned (pixel-grid zoom; use the
@@ -1012,6 +1006,7 @@ def _cosdg_sindg(angle):
         return math.cos(r), math.sin(r)
 
 
+@_sampling_doc
 def rotate(input, angle, axes=(1, 0), reshape=True, output=None, order=3, mode="constant",
            cval=0.0, prefilter=True):
     """Rotate an array.
@@ -1030,17 +1025,7 @@ def rotate(input, angle, axes=(1, 0), reshape=True, output=None, order=3, mode="
         The two axes that define the plane of rotation. Default (1, 0).
     reshape : bool, optional
         If True (default), the output shape is adapted so that the whole rotated input fits.
-    output : ndarray or dtype, optional
-        The array in which to place the output, or the dtype of the returned array.
-    order : int, optional
-        The order of the spline interpolation, 0 to 5 (6, 7 as an extension). Default 3.
-    mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
-'grid-wrap', 'wrap'}, optional
-        How the input is extended beyond its boundaries. Default 'constant'.
-    cval : scalar, optional
-        Value used outside the input in the 'constant' and 'grid-constant' modes. Default 0.
-    prefilter : bool, optional
-        Whether to spline-filter the input first. Default True.
+    <sampling parameters>
 
     Returns
     -------
@@ -1105,6 +1090,7 @@ def rotate(input, angle, axes=(1, 0), reshape=True, output=None, order=3, mode="
     return _run_parts(inp, out, cval, fn)
 
 
+@_sampling_doc
 def geometric_transform(input, mapping, output_shape=None, output=None, order=3,
                         mode="constant", cval=0.0, prefilter=True, extra_arguments=(),
                         extra_keywords=None):
@@ -1125,17 +1111,7 @@ def geometric_transform(input, mapping, output_shape=None, output=None, order=3,
         coordinates. scipy's ``LowLevelCallable`` is not supported (TypeError).
     output_shape : tuple of ints, optional
         Shape of the output. Default: the input's shape.
-    output : ndarray or dtype, optional
-        The array in which to place the output, or the dtype of the returned array.
-    order : int, optional
-        The order of the spline interpolation, 0 to 5 (6, 7 as an extension). Default 3.
-    mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
-'grid-wrap', 'wrap'}, optional
-        How the input is extended beyond its boundaries. Default 'constant'.
-    cval : scalar, optional
-        Value used outside the input in the 'constant' and 'grid-constant' modes. Default 0.
-    prefilter : bool, optional
-        Whether to spline-filter the input first. Default True.
+    <sampling parameters>
     extra_arguments : tuple, optional
         Extra positional arguments passed to `mapping`.
     extra_keywords : dict, optional
