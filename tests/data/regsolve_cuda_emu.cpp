@@ -29,25 +29,9 @@
 
 #include "regsolve_cuda_host.cuh"
 
-namespace {
+#include "cuda_emu_policy.h"
 
-struct EmuPolicy {
-  static constexpr const char* kDevice = "CPU (CUDA emulation)";
-  static bool on_device(const at::Tensor& t) { return t.is_cpu(); }
-  struct Guard {
-    explicit Guard(c10::Device) {}
-  };
-  static cudaStream_t stream() { return nullptr; }
-  static void check(cudaError_t e) { TORCH_CHECK(e == cudaSuccess, "emulated launch failed"); }
-  // the emulated device is the host: a plain CPU buffer
-  static at::Tensor upload(const void* bytes, size_t n, const at::Tensor& like) {
-    at::Tensor t = at::empty({static_cast<int64_t>(n)}, like.options().dtype(at::kByte));
-    if (n) std::memcpy(t.data_ptr(), bytes, n);
-    return t;
-  }
-};
-
-}  // namespace
+using nj_emu::EmuPolicy;
 
 TORCH_LIBRARY_IMPL(nj_emu_regsolve, CPU, m) {
   using Ops = nitorch_jit::regsolve::cuda::Ops<EmuPolicy>;
