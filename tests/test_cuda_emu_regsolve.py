@@ -22,14 +22,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from nitorch_jit import backend
 from nitorch_jit.jit import toolchain
 from nitorch_jit.ops.library import MODULES
-from nitorch_jit.ops.regularisers import colour_periods, taps as real_taps
+from nitorch_jit.ops.regularisers import colour_periods
+from regsolve_cases import BOUNDS, C, close, periods, random_taps, realistic, spd_hessian  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 F32, F64 = torch.float32, torch.float64
-BOUNDS = [2, 3, 4, 5, 6]  # dct2, dst1, dst2, dft, zero
 
 
 @pytest.fixture(scope="module")
@@ -61,25 +60,8 @@ def EMU():
     return torch.ops.nj_emu_regsolve
 
 
-@pytest.fixture(scope="module")
-def C():
-    """torch.ops.nitorch_jit with the compiled CPU kernels: the reference."""
-    backend.load_module("regsolve", "cpu")
-    return torch.ops.nitorch_jit
-
 
 # ----------------------------------------------------------------------------- helpers
-def random_taps(rng, dim, chans, n, kinds=(0,), bounds=BOUNDS):
-    """n random taps: kind 1 with c_in == c_out, kind 2 with offsets 0."""
-    flat = []
-    for _ in range(n):
-        kind = rng.choice(kinds)
-        co = rng.randrange(chans)
-        ci = co if kind == 1 else rng.randrange(chans)
-        offs = [0] * dim if kind == 2 else [rng.randint(-2, 2) for _ in range(dim)]
-        bnds = [rng.choice(bounds) for _ in range(dim)]
-        flat += [co, ci, kind, rng.uniform(-1, 1)] + offs + bnds
-    return [float(v) for v in flat]
 
 
 def dominant(flat, dim, chans, value=8.0):
@@ -89,39 +71,15 @@ def dominant(flat, dim, chans, value=8.0):
     return flat
 
 
-def periods(flat, shape):
-    """ops.regularisers.colour_periods with, per dim, dft where some tap uses it."""
-    dim = len(shape)
-    n = 4 + 2 * dim
-    bnd = [5 if any(flat[i + 4 + dim + d] == 5 for i in range(0, len(flat), n)) else 2
-           for d in range(dim)]
-    return colour_periods(flat, shape, bnd)
-
 
 def randn(*shape, dtype=F64):
     return torch.randn(*shape, dtype=dtype)
 
 
-def spd_hessian(batch, chans, shape, k, dtype=F64):
-    """A packed voxel-wise Hessian with k values, positive definite (diagonally dominant)."""
-    h = torch.rand(batch, k, *shape, dtype=dtype)
-    if k > chans:
-        h[:, chans:] -= 0.5
-    h[:, :chans] += chans
-    return h
-
 
 def packings(chans):
     return sorted({1, chans, chans * (chans + 1) // 2})
 
-
-def close(a, b, tol=1e-10):
-    assert a.shape == b.shape and a.dtype == b.dtype
-    if b.numel() == 0:
-        return True, 0.0
-    scale = max(1.0, b.abs().max().item())
-    err = (a - b).abs().max().item()
-    return err <= tol * scale, err
 
 
 def check(fails):
@@ -158,15 +116,6 @@ def matvec_sweep(EMU, C, dim, chans, dtype=F64, tol=1e-10, seed=0):
 def test_matvec_random_taps(EMU, C, dim, chans):
     check(matvec_sweep(EMU, C, dim, chans, seed=10 * dim + chans))
 
-
-def realistic(dim, chans, bnd, grid=False, weighted=False, vs=(1.0, 1.7, 0.6)):
-    vs = list(vs[:dim])
-    if grid:
-        return real_taps(dim, dim, 0.1, 0.3, 0.2, vs, bnd, lame=(0.4, 0.7), grid=True)
-    a = [0.1 * (c + 1) for c in range(chans)]
-    m = [0.3 + 0.1 * c for c in range(chans)]
-    b = [0.0 if weighted else 0.2 * (c + 1) for c in range(chans)]
-    return real_taps(dim, chans, a, m, b, vs, bnd, weighted=weighted)
 
 
 def realistic_cases(dim, bnds):

@@ -17,86 +17,23 @@ import random
 import pytest
 import torch
 
-from nitorch_jit import backend
 from nitorch_jit.torch_impl import regsolve as twin
+from regsolve_cases import BOUNDS, C, close, periods, random_taps, realistic, spd_hessian  # noqa: F401
 
 F64 = torch.float64
 SIZES = [1, 2, 3, 5, 8]
-BOUNDS = [2, 3, 4, 5, 6]  # dct2, dst1, dst2, dft, zero (replicate and dct1: refused upstream)
 
-try:
-    from nitorch_jit.ops.regularisers import taps as real_taps
-except ImportError:  # pragma: no cover
-    real_taps = None
+from nitorch_jit.ops.regularisers import taps as real_taps
 
-
-@pytest.fixture(scope="module")
-def C():
-    """torch.ops.nitorch_jit with the compiled CPU kernels of "regsolve" registered."""
-    backend.load_module("regsolve", "cpu")
-    return torch.ops.nitorch_jit
 
 
 # ----------------------------------------------------------------------------- helpers
-def random_taps(rng, dim, chans, n, kinds=(0,), bounds=BOUNDS):
-    """n random taps: kind 1 with c_in == c_out, kind 2 with offsets 0."""
-    flat = []
-    for _ in range(n):
-        kind = rng.choice(kinds)
-        co = rng.randrange(chans)
-        ci = co if kind == 1 else rng.randrange(chans)
-        offs = [0] * dim if kind == 2 else [rng.randint(-2, 2) for _ in range(dim)]
-        bnds = [rng.choice(bounds) for _ in range(dim)]
-        flat += [co, ci, kind, rng.uniform(-1, 1)] + offs + bnds
-    return [float(v) for v in flat]
 
 
 def only_kind0(flat, dim):
     n = 4 + 2 * dim
     return [v for i in range(0, len(flat), n) if flat[i + 2] == 0 for v in flat[i:i + n]]
 
-
-def periods(flat, shape):
-    """Colours such that no tap couples two voxels of one colour (spec §4)."""
-    dim = len(shape)
-    n = 4 + 2 * dim
-    taps = [flat[i:i + n] for i in range(0, len(flat), n)]
-    r = max([abs(int(t[4 + d])) for t in taps for d in range(dim)], default=0)
-    out = []
-    for d, size in enumerate(shape):
-        p = r + 1
-        if r and any(t[4 + dim + d] == 5 for t in taps) and size > p:
-            while 1 <= size % p <= r:
-                p += 1
-        out.append(p)
-    return out
-
-
-def spd_hessian(batch, chans, shape, k, dtype=F64):
-    """A packed voxel-wise Hessian with k values, positive definite (diagonally dominant)."""
-    h = torch.rand(batch, k, *shape, dtype=dtype)
-    if k > chans:
-        h[:, chans:] -= 0.5
-    h[:, :chans] += chans
-    return h
-
-
-def close(a, b, tol=1e-10):
-    scale = max(1.0, b.abs().max().item()) if b.numel() else 1.0
-    err = (a - b).abs().max().item() if b.numel() else 0.0
-    return err <= tol * scale, err
-
-
-def realistic(dim, chans, bnd, grid=False, weighted=False, vs=(1.0, 1.7, 0.6)):
-    if real_taps is None:
-        pytest.skip("ops.regularisers.taps is not there yet")
-    vs = list(vs[:dim])
-    if grid:
-        return real_taps(dim, dim, 0.1, 0.3, 0.2, vs, bnd, lame=(0.4, 0.7), grid=True)
-    a = [0.1 * (c + 1) for c in range(chans)]
-    m = [0.3 + 0.1 * c for c in range(chans)]
-    b = [0.0 if weighted else 0.2 * (c + 1) for c in range(chans)]
-    return real_taps(dim, chans, a, m, b, vs, bnd, weighted=weighted)
 
 
 # ----------------------------------------------------------------------------- matvec
@@ -269,8 +206,6 @@ def test_relax_periods_and_strides(C, dtype):
     """Periods 2-5 along a long last axis: the vector span of small strides, plain strides."""
     torch.manual_seed(10)
     shape = [5, 37]
-    if real_taps is None:
-        pytest.skip("ops.regularisers.taps is not there yet")
     flat = real_taps(2, 2, [0.1, 0.2], [0.3, 0.4], [0.0, 0.0], [1.0, 1.3], [2, 4])  # reach 1
     g = torch.randn(1, 2, *shape, dtype=F64)
     h = spd_hessian(1, 2, shape, 3)
