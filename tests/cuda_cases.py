@@ -12,6 +12,45 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 F64 = torch.float64
 HAVE_GPU = torch.cuda.is_available()
+_EMU_LIBS = []  # schema definitions of the emulated namespaces, kept alive
+
+
+def load_emulation(namespace, modules, source, folders, build_name):
+    """torch.ops.<namespace>: the host emulation of the CUDA kernels of `modules` (the ops of
+    tests/data/<source>, registered under that namespace with the modules' schemas), built
+    once per test cache. Skips the test without the CUDA headers or a compiler."""
+    import os
+    from pathlib import Path
+
+    from nitorch_jit.jit import toolchain
+    from nitorch_jit.ops.library import MODULES
+    try:
+        home, _ = toolchain.find_cuda_home()
+        toolchain.find_cxx()
+        toolchain.find_ninja()
+    except toolchain.ToolchainError as e:
+        pytest.skip(f"no CUDA toolkit headers or no compiler: {e}")
+    from torch.utils import cpp_extension
+    ops = getattr(torch.ops, namespace)
+    if not hasattr(ops, next(iter(MODULES[modules[0]]))):
+        lib = torch.library.Library(namespace, "DEF")
+        for module in modules:
+            for name, schema in MODULES[module].items():
+                lib.define(name + schema)
+        _EMU_LIBS.append(lib)
+    root = Path(__file__).resolve().parent.parent
+    build = Path(os.environ["NI_JIT_CACHE_DIR"]) / build_name
+    build.mkdir(parents=True, exist_ok=True)
+    cpp_extension.load(
+        name="nj_" + build_name,
+        sources=[str(root / "tests" / "data" / source)],
+        extra_include_paths=[str(root / "csrc" / "include")]
+        + [str(root / "csrc" / f) for f in folders] + [str(Path(home) / "include")],
+        extra_cflags=["-O1", "-Wno-attributes"],
+        build_directory=str(build),
+        is_python_module=False,
+    )
+    return ops
 
 
 def gpu(f):

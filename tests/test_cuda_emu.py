@@ -10,58 +10,23 @@ bad arguments. What only a GPU shows (concurrency, atomics, memory spaces, the l
 is left to tests/test_cuda.py. Needs the CUDA toolkit's headers (cuda_runtime_api.h,
 cuda_fp16.h), not a GPU; skipped without them.
 """
-import os
-from pathlib import Path
 
 import pytest
 import torch
 
 from nitorch_jit import backend
-from nitorch_jit.jit import toolchain
-from nitorch_jit.ops.library import MODULES
 
 import cuda_cases as K
 from cuda_cases import check as _check
 
-ROOT = Path(__file__).resolve().parent.parent
 F32, F64 = torch.float32, torch.float64
-
-
-def _cuda_include():
-    try:
-        home, _ = toolchain.find_cuda_home()
-    except toolchain.ToolchainError as e:
-        pytest.skip(f"no CUDA toolkit headers: {e}")
-    return str(Path(home) / "include")
 
 
 @pytest.fixture(scope="module")
 def EMU():
     """torch.ops.nj_emu: the emulated CUDA kernels (built once per test cache)."""
-    include = _cuda_include()
-    try:
-        toolchain.find_cxx()
-        toolchain.find_ninja()
-    except toolchain.ToolchainError as e:
-        pytest.skip(str(e))
-    from torch.utils import cpp_extension
-    if not hasattr(torch.ops.nj_emu, "grid_pull"):
-        lib = torch.library.Library("nj_emu", "DEF")
-        for name, schema in MODULES["pushpull"].items():
-            lib.define(name + schema)
-        EMU._lib = lib  # keep the definitions alive
-    build = Path(os.environ["NI_JIT_CACHE_DIR"]) / "pushpull_cuda_emu"
-    build.mkdir(parents=True, exist_ok=True)
-    cpp_extension.load(
-        name="nj_pushpull_cuda_emu",
-        sources=[str(ROOT / "tests" / "data" / "pushpull_cuda_emu.cpp")],
-        extra_include_paths=[str(ROOT / "csrc" / "include"), str(ROOT / "csrc" / "pushpull"),
-                             include],
-        extra_cflags=["-O1", "-Wno-attributes"],
-        build_directory=str(build),
-        is_python_module=False,
-    )
-    return torch.ops.nj_emu
+    return K.load_emulation("nj_emu", ["pushpull"], "pushpull_cuda_emu.cpp", ["pushpull"],
+                            "pushpull_cuda_emu")
 
 
 @pytest.fixture(scope="module")

@@ -12,51 +12,23 @@ tests/test_cuda_resize.py. Needs the CUDA toolkit's headers (cuda_runtime_api.h)
 skipped without them.
 """
 import math
-import os
-from pathlib import Path
 
 import pytest
 import torch
 
 from nitorch_jit import backend
-from nitorch_jit.jit import toolchain
-from nitorch_jit.ops.library import MODULES
 
 import lines_cases as L
-from cuda_cases import check as _check
+from cuda_cases import check as _check, load_emulation
 
-ROOT = Path(__file__).resolve().parent.parent
 F32, F64 = torch.float32, torch.float64
 
 
 @pytest.fixture(scope="module")
 def EMU():
     """torch.ops.nj_emu_lines: the emulated CUDA kernels (built once per test cache)."""
-    try:
-        home, _ = toolchain.find_cuda_home()
-        toolchain.find_cxx()
-        toolchain.find_ninja()
-    except toolchain.ToolchainError as e:
-        pytest.skip(f"no CUDA toolkit headers or no compiler: {e}")
-    from torch.utils import cpp_extension
-    if not hasattr(torch.ops.nj_emu_lines, "resize"):
-        lib = torch.library.Library("nj_emu_lines", "DEF")
-        for module in ("splinc", "resize"):
-            for name, schema in MODULES[module].items():
-                lib.define(name + schema)
-        EMU._lib = lib  # keep the definitions alive
-    build = Path(os.environ["NI_JIT_CACHE_DIR"]) / "lines_cuda_emu"
-    build.mkdir(parents=True, exist_ok=True)
-    cpp_extension.load(
-        name="nj_lines_cuda_emu",
-        sources=[str(ROOT / "tests" / "data" / "lines_cuda_emu.cpp")],
-        extra_include_paths=[str(ROOT / "csrc" / "include"), str(ROOT / "csrc" / "splinc"),
-                             str(ROOT / "csrc" / "resize"), str(Path(home) / "include")],
-        extra_cflags=["-O1", "-Wno-attributes"],
-        build_directory=str(build),
-        is_python_module=False,
-    )
-    return torch.ops.nj_emu_lines
+    return load_emulation("nj_emu_lines", ["splinc", "resize"], "lines_cuda_emu.cpp",
+                          ["splinc", "resize"], "lines_cuda_emu")
 
 
 @pytest.fixture(scope="module")

@@ -15,49 +15,23 @@ offsets (NI_JIT_CUDA_INDEX=64); empty tensors; bad arguments (the CPU ops' messa
 a GPU shows is left to tests/test_cuda_regsolve.py. Needs the CUDA toolkit's headers
 (cuda_runtime_api.h), not a GPU; skipped without them.
 """
-import os
 import random
-from pathlib import Path
 
 import pytest
 import torch
 
-from nitorch_jit.jit import toolchain
-from nitorch_jit.ops.library import MODULES
 from nitorch_jit.ops.regularisers import colour_periods
+from cuda_cases import load_emulation
 from regsolve_cases import BOUNDS, C, close, periods, random_taps, realistic, spd_hessian  # noqa: F401
 
-ROOT = Path(__file__).resolve().parent.parent
 F32, F64 = torch.float32, torch.float64
 
 
 @pytest.fixture(scope="module")
 def EMU():
     """torch.ops.nj_emu_regsolve: the emulated CUDA kernels (built once per test cache)."""
-    try:
-        home, _ = toolchain.find_cuda_home()
-        toolchain.find_cxx()
-        toolchain.find_ninja()
-    except toolchain.ToolchainError as e:
-        pytest.skip(f"no CUDA toolkit headers or no compiler: {e}")
-    from torch.utils import cpp_extension
-    if not hasattr(torch.ops.nj_emu_regsolve, "reg_matvec"):
-        lib = torch.library.Library("nj_emu_regsolve", "DEF")
-        for name, schema in MODULES["regsolve"].items():
-            lib.define(name + schema)
-        EMU._lib = lib  # keep the definitions alive
-    build = Path(os.environ["NI_JIT_CACHE_DIR"]) / "regsolve_cuda_emu"
-    build.mkdir(parents=True, exist_ok=True)
-    cpp_extension.load(
-        name="nj_regsolve_cuda_emu",
-        sources=[str(ROOT / "tests" / "data" / "regsolve_cuda_emu.cpp")],
-        extra_include_paths=[str(ROOT / "csrc" / "include"), str(ROOT / "csrc" / "regsolve"),
-                             str(Path(home) / "include")],
-        extra_cflags=["-O1", "-Wno-attributes"],
-        build_directory=str(build),
-        is_python_module=False,
-    )
-    return torch.ops.nj_emu_regsolve
+    return load_emulation("nj_emu_regsolve", ["regsolve"], "regsolve_cuda_emu.cpp",
+                          ["regsolve"], "regsolve_cuda_emu")
 
 
 
