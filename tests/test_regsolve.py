@@ -477,3 +477,12 @@ def test_solvers_1d_and_3d_with_hessian(dim):
     refg = torch.linalg.solve(matg, v.reshape(-1)).reshape(v.shape)
     x = nj.solve_grid_fmg(hv, v, nb_cycles=15, nb_iter=3, **kw)
     assert float((x - refg).norm() / refg.norm()) < 1e-6
+
+
+def test_docstring_examples():
+    import doctest
+
+    from nitorch_jit.ops import solvers
+    for module in (R, solvers):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, (module.__name__, result)
