@@ -168,17 +168,9 @@ Plan<T> make_plan(const std::vector<Tap<double>>& raw, const Shape& s, bool has_
   std::vector<Tap<T>> plain;  // kind 0
   const int64_t lo = std::min<int64_t>(kMaxOffset, s.N), hi = std::max(lo, s.N - kMaxOffset);
   for (const auto& m : merged) {
-    Tap<T> t;
-    t.c_out = m.c_out;
-    t.c_in = m.c_in;
-    t.kind = m.kind;
-    t.coef = static_cast<T>(m.coef);
+    const Tap<T> t = host::cast_tap<T>(m);
     int64_t delta = 0;
-    for (int d = 0; d < D; ++d) {
-      t.off[d] = m.off[d];
-      t.bound[d] = m.bound[d];
-      if (d < D - 1) delta += t.off[d] * s.ss[d];
-    }
+    for (int d = 0; d < D - 1; ++d) delta += t.off[d] * s.ss[d];
     p.taps.push_back(t);
     p.coef.push_back(t.coef);
     p.delta.push_back(delta);

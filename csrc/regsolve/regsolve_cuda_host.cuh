@@ -41,16 +41,10 @@ Staged stage_taps(const host::Inputs& in, Params& p, lines_cuda::Staging& stage)
   std::vector<int> first(C + 1, 0), mid(C, 0);
   std::vector<T> self(static_cast<size_t>(C) * C, T(0));
   for (const Tap<double>& m : merged) {
-    Tap<T> t;
-    t.c_out = m.c_out;
-    t.c_in = m.c_in;
-    t.kind = m.kind;
-    t.coef = static_cast<T>(m.coef);
+    const Tap<T> t = host::cast_tap<T>(m);
     int64_t off = 0;
     bool centred = true;
     for (int d = 0; d < D; ++d) {
-      t.off[d] = m.off[d];
-      t.bound[d] = m.bound[d];
       off += t.off[d] * s.ss[d];
       centred = centred && t.off[d] == 0;
     }

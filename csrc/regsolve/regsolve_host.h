@@ -136,6 +136,21 @@ inline std::vector<Tap<double>> parse_taps(at::ArrayRef<double> flat, const Shap
   return taps;
 }
 
+// A merged tap in the compute type of a call.
+template <typename T>
+inline Tap<T> cast_tap(const Tap<double>& m) {
+  Tap<T> t;
+  t.c_out = m.c_out;
+  t.c_in = m.c_in;
+  t.kind = m.kind;
+  t.coef = static_cast<T>(m.coef);
+  for (int d = 0; d < kMaxDim; ++d) {
+    t.off[d] = m.off[d];
+    t.bound[d] = m.bound[d];
+  }
+  return t;
+}
+
 // The taps merged: those equal but for their coefficient add up (in double), those whose sum
 // is 0 are dropped, the bound of an axis with offset 0 is set to 0 (it never folds). Without
 // weights, kind 1 and 2 taps become kind 0 ones (omega = w = 1). Sorted by c_out, then kind 0
