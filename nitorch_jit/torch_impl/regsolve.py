@@ -67,12 +67,6 @@ def parse_taps(taps, dim):
     return out
 
 
-def _fold_axis(n, off, bound, device):
-    """(index, sign) of i + off for i in 0..n-1: int64 [n], and a float sign [n] or None."""
-    j, s = fold(torch.arange(n, device=device) + off, n, bound)
-    return j, s
-
-
 class _Reader:
     """Reads a [B, C, *S] tensor at voxel + offsets through per-axis bounds (cached folds)."""
 
@@ -82,7 +76,8 @@ class _Reader:
     def axis(self, d, off, bound):
         key = (d, off, bound)
         if key not in self.cache:
-            self.cache[key] = _fold_axis(self.shape[d], off, bound, self.device)
+            n = self.shape[d]
+            self.cache[key] = fold(torch.arange(n, device=self.device) + off, n, bound)
         return self.cache[key]
 
     def padded(self, x, bounds, pad=2):
@@ -146,10 +141,10 @@ def _neighbour_weight(reader, w, offs, bounds):
 
 
 # ----------------------------------------------------------------------------- kernels
-def _unit_weights(weights, x, taps):
+def _unit_weights(weights, parsed, shape, dtype, device):
     """Weighted taps (kinds 1, 2) without weights read w = 1, as the compiled kernels do."""
-    if weights is None and any(t[2] for t in parse_taps(taps, x.dim() - 2)):
-        return x.new_ones([1, 1] + list(x.shape[2:]))
+    if weights is None and any(t[2] for t in parsed):
+        return torch.ones([1, 1] + list(shape), dtype=dtype, device=device)
     return weights
 
 
@@ -158,14 +153,15 @@ def reg_matvec(x, hessian, weights, taps):
     dim = x.dim() - 2
     reader = _Reader(x.shape[2:], x.device)
     chans = x.shape[1]
-    weights = _unit_weights(weights, x, taps)
+    parsed = parse_taps(taps, dim)
+    weights = _unit_weights(weights, parsed, x.shape[2:], x.dtype, x.device)
     out = [None] * chans  # per output channel, accumulated out of place (autograd-safe)
 
     def acc(co, term):
         out[co] = term if out[co] is None else out[co] + term
 
     groups = {}
-    for co, ci, kind, coef, offs, bounds in parse_taps(taps, dim):
+    for co, ci, kind, coef, offs, bounds in parsed:
         groups.setdefault((kind, offs, bounds), []).append((co, ci, coef))
     for (kind, offs, bounds), items in groups.items():
         if kind == 0:
@@ -193,8 +189,7 @@ def self_block(shape, dtype, device, weights, taps, chans):
     dim = len(shape)
     reader = _Reader(shape, device)
     parsed = parse_taps(taps, dim)
-    if weights is None and any(t[2] for t in parsed):
-        weights = torch.ones([1, 1] + list(shape), dtype=dtype, device=device)
+    weights = _unit_weights(weights, parsed, shape, dtype, device)
     diag = all(co == ci for co, ci, *_ in parsed)
     bsz = 1 if weights is None else weights.shape[0]
     blk = torch.zeros([bsz, chans] + ([] if diag else [chans]) + list(shape), dtype=dtype,
