@@ -60,6 +60,21 @@ def gpu(f):
     return pytest.mark.cuda(f)
 
 
+def on_side_stream(ops, x):
+    """(ops(x) on the default stream, ops of a copy of x on a side stream that first sleeps):
+    kernels that ignore the current stream read the copy before it is written."""
+    want = ops(x)
+    buf = torch.zeros_like(x)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # about 0.1 s
+        buf.copy_(x)
+        got = ops(buf)
+    side.synchronize()
+    return want, got
+
+
 def check(fails):
     """Fail with the first 20 of a list of mismatch descriptions, if any."""
     assert not fails, f"{len(fails)} failures:\n" + "\n".join(fails[:20])

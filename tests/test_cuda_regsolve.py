@@ -20,7 +20,7 @@ import nitorch_jit as nj
 from nitorch_jit import backend
 from nitorch_jit.ops import regularisers as R
 
-from cuda_cases import gpu, check as _check
+from cuda_cases import gpu, check as _check, on_side_stream
 from test_cuda_emu_regsolve import (BOUNDS, SHAPES, bad_calls, close, dominant, first_line,
                                     packings, periods, random_taps, realistic, realistic_cases,
                                     spd_hessian)
@@ -295,15 +295,7 @@ def test_current_stream(CU):
         CU.reg_relax_(r, h, t, None, flat, per, 2)
         return [CU.reg_matvec(t, h, None, flat), CU.reg_precond(t, h, None, flat), r]
 
-    want = ops(x)
-    buf = torch.zeros_like(x)
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # about 0.1 s
-        buf.copy_(x)
-        got = ops(buf)
-    side.synchronize()
+    want, got = on_side_stream(ops, x)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
 

@@ -18,7 +18,7 @@ import nitorch_jit as nj
 from nitorch_jit import backend
 
 import lines_cases as L
-from cuda_cases import gpu, check as _check
+from cuda_cases import gpu, check as _check, on_side_stream
 
 F32, F64 = torch.float32, torch.float64
 
@@ -178,15 +178,7 @@ def test_current_stream(CU):
         return [CU.spline_coeff_nd(t, [3, 4], [1, 2], [2, 3], True), c,
                 CU.resize(t, shape, sc, sh, *opts), CU.resize_adjoint(t, [7, 9], sc, sh, *opts)]
 
-    want = ops(x)
-    buf = torch.zeros_like(x)
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # about 0.1 s
-        buf.copy_(x)
-        got = ops(buf)
-    side.synchronize()
+    want, got = on_side_stream(ops, x)
     for a, b in zip(got, want):
         assert L.close(a, b, 0) is None
 
