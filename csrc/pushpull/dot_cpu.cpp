@@ -97,8 +97,8 @@ at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at:
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(weight, "weight", grid, D, kHess, kHess ? "[B, C, *O, D]" : "[B, C, *O]");
   check_point_shape(weight, "weight", grid, D);
-  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", weight.size(1),
-              ") must equal input channels (", input.size(1), ")");
+  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", num(weight.size(1)),
+              ") must equal input channels (", num(input.size(1)), ")");
   check_options(order, bound, D);
   const Geom G = make_geom(grid, D, input.size(1), input.sizes().slice(2), input.strides().slice(2),
                            order, bound, extrapolate);

@@ -66,10 +66,10 @@ struct PushGradOp {
 };
 
 void check_shape(at::IntArrayRef shape, int64_t D) {
-  TORCH_CHECK(static_cast<int64_t>(shape.size()) == D, "shape must have D = ", D,
-              " entries (the output spatial size), got ", shape.size());
+  TORCH_CHECK(static_cast<int64_t>(shape.size()) == D, "shape must have D = ", num(D),
+              " entries (the output spatial size), got ", num(shape.size()));
   for (int64_t d = 0; d < D; ++d)
-    TORCH_CHECK(shape[d] >= 0, "shape[", d, "] must be >= 0, got ", shape[d]);
+    TORCH_CHECK(shape[d] >= 0, "shape[", num(d), "] must be >= 0, got ", num(shape[d]));
 }
 
 template <bool kGrad>
@@ -172,8 +172,8 @@ std::tuple<at::Tensor, at::Tensor> grid_pull_backward_cpu(const at::Tensor& grad
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(grad, "grad", grid, D, false, "[B, C, *O]");
   check_point_shape(grad, "grad", grid, D);
-  TORCH_CHECK(grad.size(1) == input.size(1), "grad channels (", grad.size(1),
-              ") must equal input channels (", input.size(1), ")");
+  TORCH_CHECK(grad.size(1) == input.size(1), "grad channels (", num(grad.size(1)),
+              ") must equal input channels (", num(input.size(1)), ")");
   check_options(order, bound, D);
   at::Tensor gin = at::zeros(input.sizes(), grid.options());
   std::vector<int64_t> gsize(grid.sizes().begin(), grid.sizes().end());

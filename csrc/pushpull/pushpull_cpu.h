@@ -17,11 +17,18 @@
 #include <cstring>
 #include <type_traits>
 
+#include "nitorch_jit/message.h"
 #include "pushpull_point.h"
 
 namespace nitorch_jit {
 namespace pushpull {
 namespace cpu {
+
+// Numbers and shapes in messages go through nitorch_jit/message.h (never an ostream).
+using msg::dev;
+using msg::dt;
+using msg::num;
+using msg::shape_str;
 
 // ---------------------------------------------------------------------------------------------
 // Atomic float add (compare-exchange on the bit pattern; std::atomic_ref needs C++20).
@@ -93,15 +100,15 @@ inline PointStrides point_strides(const at::Tensor& t, int64_t D, bool with_d) {
 inline int64_t check_grid(const at::Tensor& grid) {
   TORCH_CHECK(grid.defined(), "grid is undefined");
   TORCH_CHECK(grid.dim() >= 3, "grid must have shape [B, *O, D] with D in 1..3, got shape ",
-              grid.sizes());
+              shape_str(grid.sizes()));
   const int64_t D = grid.size(-1);
-  TORCH_CHECK(D >= 1 && D <= 3, "grid.size(-1) (D) must be 1, 2 or 3, got ", D);
-  TORCH_CHECK(grid.dim() == D + 2, "grid must have D + 2 = ", D + 2,
-              " dims [B, *O, D] (D = grid.size(-1)), got shape ", grid.sizes());
-  TORCH_CHECK(grid.device().is_cpu(), "grid must be a CPU tensor, got device ", grid.device());
+  TORCH_CHECK(D >= 1 && D <= 3, "grid.size(-1) (D) must be 1, 2 or 3, got ", num(D));
+  TORCH_CHECK(grid.dim() == D + 2, "grid must have D + 2 = ", num(D + 2),
+              " dims [B, *O, D] (D = grid.size(-1)), got shape ", shape_str(grid.sizes()));
+  TORCH_CHECK(grid.device().is_cpu(), "grid must be a CPU tensor, got device ", dev(grid));
   TORCH_CHECK(grid.layout() == at::kStrided, "grid must be a strided (dense) tensor");
   TORCH_CHECK(grid.scalar_type() == at::kFloat || grid.scalar_type() == at::kDouble,
-              "grid must be float32 or float64, got ", grid.scalar_type());
+              "grid must be float32 or float64, got ", dt(grid.scalar_type()));
   return D;
 }
 
@@ -110,16 +117,16 @@ inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor
                          bool with_d, const char* layout) {
   TORCH_CHECK(t.defined(), name, " is undefined");
   const int64_t want = D + 2 + (with_d ? 1 : 0);
-  TORCH_CHECK(t.dim() == want, name, " must have ", want, " dims ", layout, " for D = ", D,
-              ", got shape ", t.sizes());
-  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor, got device ", t.device());
+  TORCH_CHECK(t.dim() == want, name, " must have ", num(want), " dims ", layout, " for D = ", num(D),
+              ", got shape ", shape_str(t.sizes()));
+  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor, got device ", dev(t));
   TORCH_CHECK(t.layout() == at::kStrided, name, " must be a strided (dense) tensor");
-  TORCH_CHECK(t.scalar_type() == grid.scalar_type(), name, " dtype (", t.scalar_type(),
-              ") must match grid dtype (", grid.scalar_type(), ")");
-  TORCH_CHECK(t.size(0) == grid.size(0), name, " batch size (", t.size(0),
-              ") must equal grid batch size (", grid.size(0), ")");
+  TORCH_CHECK(t.scalar_type() == grid.scalar_type(), name, " dtype (", dt(t.scalar_type()),
+              ") must match grid dtype (", dt(grid.scalar_type()), ")");
+  TORCH_CHECK(t.size(0) == grid.size(0), name, " batch size (", num(t.size(0)),
+              ") must equal grid batch size (", num(grid.size(0)), ")");
   if (with_d)
-    TORCH_CHECK(t.size(-1) == D, name, ".size(-1) must be D = ", D, ", got ", t.size(-1));
+    TORCH_CHECK(t.size(-1) == D, name, ".size(-1) must be D = ", num(D), ", got ", num(t.size(-1)));
 }
 
 // The spatial dims of t (starting at dim 2) must equal the grid's spatial dims.
@@ -127,21 +134,21 @@ inline void check_point_shape(const at::Tensor& t, const char* name, const at::T
                               int64_t D) {
   for (int64_t d = 0; d < D; ++d)
     TORCH_CHECK(t.size(2 + d) == grid.size(1 + d), name, " spatial shape ",
-                t.sizes().slice(2, D), " must equal the grid spatial shape ",
-                grid.sizes().slice(1, D));
+                shape_str(t.sizes().slice(2, D)), " must equal the grid spatial shape ",
+                shape_str(grid.sizes().slice(1, D)));
 }
 
 inline void check_options(at::IntArrayRef order, at::IntArrayRef bound, int64_t D) {
-  TORCH_CHECK(static_cast<int64_t>(order.size()) == D, "order must have D = ", D,
-              " entries (one per spatial dim), got ", order.size());
-  TORCH_CHECK(static_cast<int64_t>(bound.size()) == D, "bound must have D = ", D,
-              " entries (one per spatial dim), got ", bound.size());
+  TORCH_CHECK(static_cast<int64_t>(order.size()) == D, "order must have D = ", num(D),
+              " entries (one per spatial dim), got ", num(order.size()));
+  TORCH_CHECK(static_cast<int64_t>(bound.size()) == D, "bound must have D = ", num(D),
+              " entries (one per spatial dim), got ", num(bound.size()));
   for (int64_t d = 0; d < D; ++d) {
-    TORCH_CHECK(order[d] >= 0 && order[d] <= kMaxOrder, "order[", d, "] must be in 0..",
-                kMaxOrder, ", got ", order[d]);
-    TORCH_CHECK(bound[d] >= 0 && bound[d] < kNumBounds, "bound[", d, "] must be in 0..",
-                kNumBounds - 1, " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ",
-                bound[d]);
+    TORCH_CHECK(order[d] >= 0 && order[d] <= kMaxOrder, "order[", num(d), "] must be in 0..",
+                num(kMaxOrder), ", got ", num(order[d]));
+    TORCH_CHECK(bound[d] >= 0 && bound[d] < kNumBounds, "bound[", num(d), "] must be in 0..",
+                num(kNumBounds - 1), " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ",
+                num(bound[d]));
   }
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "nitorch_jit/bounds.h"
+#include "nitorch_jit/message.h"
 #include "nitorch_jit/spline.h"
 #include "pushpull_cuda.cuh"
 #include "pushpull_tensor.h"
@@ -34,17 +35,11 @@ namespace cuda {
 
 inline bool is_half(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
-// Message pieces as strings: numbers go through std::to_string rather than an ostream of this
-// library (on one GPU machine, formatting an integer through the extension's ostream crashed
-// inside libstdc++'s num_put; strings are inserted without a locale facet).
-inline std::string num(int64_t v) { return std::to_string(v); }
-inline std::string shape_str(at::IntArrayRef s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-inline std::string dev(const at::Tensor& t) { return t.device().str(); }
-inline const char* dt(at::ScalarType t) { return c10::toString(t); }
+// Numbers and shapes in messages go through nitorch_jit/message.h (never an ostream).
+using msg::dev;
+using msg::dt;
+using msg::num;
+using msg::shape_str;
 
 template <class Policy>
 int64_t check_grid(const at::Tensor& grid) {

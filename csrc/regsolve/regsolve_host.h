@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "nitorch_jit/message.h"
 #include "nitorch_jit/regsolve.h"
 
 // Hidden: the CPU and CUDA libraries both define these; each must call its own.
@@ -30,8 +31,8 @@ namespace nitorch_jit {
 namespace regsolve {
 namespace host {
 
-// Numbers in messages go through std::to_string (see lines_cuda_host.cuh).
-inline std::string num(int64_t v) { return std::to_string(v); }
+// Numbers in messages go through nitorch_jit/message.h (never an ostream).
+using msg::num;
 
 // ------------------------------------------------------------------------- arguments
 struct Shape {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "nitorch_jit/lines_checks.h"
 #include "nitorch_jit/lines_cpu.h"
 #include "nitorch_jit/resize_tables.h"
 #include "nitorch_jit/splinc.h"
@@ -157,35 +158,14 @@ void fused_pass(const at::Tensor& src, const at::Tensor& dst, int64_t p, int64_t
       });
 }
 
-void check_args(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<double> scale,
-                at::ArrayRef<double> shift, at::IntArrayRef order, at::IntArrayRef bound,
-                const char* name) {
-  TORCH_CHECK(input.device().is_cpu(), name, ": expected a CPU tensor");
-  TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble, name,
-              ": expected float32 or float64, got ", input.scalar_type());
-  const size_t D = shape.size();
-  TORCH_CHECK(D >= 1 && static_cast<int64_t>(D) <= input.dim(), name, ": got ", D,
-              " spatial sizes for a ", input.dim(), "-D input");
-  TORCH_CHECK(scale.size() == D && shift.size() == D && order.size() == D && bound.size() == D,
-              name, ": shape, scale, shift, order and bound must have the same length");
-  for (size_t i = 0; i < D; ++i) {
-    TORCH_CHECK(shape[i] >= 1, name, ": output sizes must be >= 1, got ", shape[i]);
-    TORCH_CHECK(order[i] >= 0 && order[i] <= 7, name, ": order must be in 0..7, got ", order[i]);
-    TORCH_CHECK(bound[i] >= 0 && bound[i] <= 6, name, ": unknown bound code ", bound[i]);
-    TORCH_CHECK(std::isfinite(scale[i]) && std::isfinite(shift[i]), name,
-                ": scale and shift must be finite");
-  }
-  for (int64_t k = input.dim() - static_cast<int64_t>(D); k < input.dim(); ++k)
-    TORCH_CHECK(input.size(k) >= 1, name, ": empty spatial dim in input");
-}
-
 // Shared driver. Forward: in [..., *n] -> [..., *shape]. Adjoint: in [..., *m] -> [..., *shape]
 // with (scale, shift) those of the forward map from shape to m.
 template <bool ADJ>
 at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<double> scale,
                at::ArrayRef<double> shift, at::IntArrayRef order, at::IntArrayRef bound,
                bool prefilter) {
-  check_args(input, shape, scale, shift, order, bound, ADJ ? "resize_adjoint" : "resize");
+  lines::check_resize_args(input, shape, scale, shift, order, bound, input.device().is_cpu(), "CPU",
+                           ADJ ? "resize_adjoint" : "resize");
   const int64_t D = static_cast<int64_t>(shape.size());
   const int64_t off = input.dim() - D;
   std::vector<int64_t> sizes(input.sizes().begin(), input.sizes().end());

@@ -18,43 +18,13 @@
 #include <limits>
 #include <vector>
 
+#include "nitorch_jit/lines_checks.h"
 #include "nitorch_jit/lines_cuda_host.cuh"
 #include "nitorch_jit/resize_tables.h"
 
 namespace nitorch_jit {
 namespace resize {
 namespace cuda {
-
-template <class Policy>
-void check_args(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<double> scale,
-                at::ArrayRef<double> shift, at::IntArrayRef order, at::IntArrayRef bound,
-                const char* name) {
-  using lines_cuda::num;
-  TORCH_CHECK(Policy::on_device(input), name, ": expected a ", Policy::kDevice, " tensor");
-  TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble, name,
-              ": expected float32 or float64, got ", lines_cuda::dt(input.scalar_type()));
-  const size_t D = shape.size();
-  TORCH_CHECK(D >= 1 && static_cast<int64_t>(D) <= input.dim(), name, ": got ", num(D),
-              " spatial sizes for a ", num(input.dim()), "-D input");
-  TORCH_CHECK(scale.size() == D && shift.size() == D && order.size() == D && bound.size() == D,
-              name, ": shape, scale, shift, order and bound must have the same length");
-  for (size_t i = 0; i < D; ++i) {
-    TORCH_CHECK(shape[i] >= 1, name, ": output sizes must be >= 1, got ", num(shape[i]));
-    TORCH_CHECK(order[i] >= 0 && order[i] <= 7, name, ": order must be in 0..7, got ",
-                num(order[i]));
-    TORCH_CHECK(bound[i] >= 0 && bound[i] <= 6, name, ": unknown bound code ", num(bound[i]));
-    TORCH_CHECK(std::isfinite(scale[i]) && std::isfinite(shift[i]), name,
-                ": scale and shift must be finite");
-  }
-  const int64_t off = input.dim() - static_cast<int64_t>(D);
-  for (int64_t k = off; k < input.dim(); ++k)
-    TORCH_CHECK(input.size(k) >= 1, name, ": empty spatial dim in input");
-  // the tap tables hold int32 indices
-  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  for (size_t i = 0; i < D; ++i)
-    TORCH_CHECK(shape[i] < kMax && input.size(off + i) < kMax, name,
-                ": spatial sizes must be below 2^31 - 1");
-}
 
 // Device addresses of one step's constants (offsets into the call's Staging).
 struct StepConsts {
@@ -94,7 +64,8 @@ template <class Policy, bool ADJ>
 at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<double> scale,
                at::ArrayRef<double> shift, at::IntArrayRef order, at::IntArrayRef bound,
                bool prefilter) {
-  check_args<Policy>(input, shape, scale, shift, order, bound, ADJ ? "resize_adjoint" : "resize");
+  lines::check_resize_args(input, shape, scale, shift, order, bound, Policy::on_device(input),
+                           Policy::kDevice, ADJ ? "resize_adjoint" : "resize");
   const typename Policy::Guard guard(input.device());
   const int64_t D = static_cast<int64_t>(shape.size());
   const int64_t off = input.dim() - D;

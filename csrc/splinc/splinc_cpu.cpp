@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "nitorch_jit/lines_checks.h"
 #include "nitorch_jit/lines_cpu.h"
 #include "nitorch_jit/splinc.h"
 
@@ -40,20 +41,6 @@ void filter_dim(const at::Tensor& src, const at::Tensor& dst, int64_t d, const L
       });
 }
 
-void check_args(const at::Tensor& input, at::IntArrayRef order, at::IntArrayRef bound,
-                at::IntArrayRef dim, const char* name) {
-  TORCH_CHECK(input.device().is_cpu(), name, ": expected a CPU tensor");
-  TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble, name,
-              ": expected float32 or float64, got ", input.scalar_type());
-  TORCH_CHECK(order.size() == bound.size() && bound.size() == dim.size(), name,
-              ": order, bound and dim must have the same length");
-  for (size_t i = 0; i < dim.size(); ++i) {
-    TORCH_CHECK(dim[i] >= 0 && dim[i] < input.dim(), name, ": dim ", dim[i], " out of range");
-    TORCH_CHECK(order[i] >= 0 && order[i] <= 7, name, ": order must be in 0..7, got ", order[i]);
-    TORCH_CHECK(splinc::filter_bound((int)bound[i]) >= 0, name, ": unknown bound code ", bound[i]);
-  }
-}
-
 // Filter src along each dim into dst; returns false if every dim was the identity.
 bool apply(const at::Tensor& src, const at::Tensor& dst, at::IntArrayRef order,
            at::IntArrayRef bound, at::IntArrayRef dim, bool adjoint) {
@@ -74,7 +61,8 @@ bool apply(const at::Tensor& src, const at::Tensor& dst, at::IntArrayRef order,
 
 at::Tensor spline_coeff_nd(const at::Tensor& input, at::IntArrayRef order, at::IntArrayRef bound,
                            at::IntArrayRef dim, bool adjoint) {
-  check_args(input, order, bound, dim, "spline_coeff_nd");
+  lines::check_splinc_args(input, order, bound, dim, input.device().is_cpu(), "CPU",
+                           "spline_coeff_nd");
   at::Tensor out = at::empty(input.sizes(), input.options());
   if (!apply(input, out, order, bound, dim, adjoint)) out.copy_(input);
   return out;
@@ -82,11 +70,9 @@ at::Tensor spline_coeff_nd(const at::Tensor& input, at::IntArrayRef order, at::I
 
 void spline_coeff_nd_(const at::Tensor& input, at::IntArrayRef order, at::IntArrayRef bound,
                       at::IntArrayRef dim, bool adjoint) {
-  check_args(input, order, bound, dim, "spline_coeff_nd_");
-  // expanded (stride 0) dims alias memory and cannot be filtered in place
-  for (int64_t k = 0; k < input.dim(); ++k)
-    TORCH_CHECK(input.size(k) < 2 || input.stride(k) != 0,
-                "spline_coeff_nd_: input has an expanded dim (stride 0); use inplace=False");
+  lines::check_splinc_args(input, order, bound, dim, input.device().is_cpu(), "CPU",
+                           "spline_coeff_nd_");
+  lines::check_not_expanded(input);
   apply(input, input, order, bound, dim, adjoint);
 }
 

@@ -14,30 +14,13 @@
 
 #include <vector>
 
+#include "nitorch_jit/lines_checks.h"
 #include "nitorch_jit/lines_cuda_host.cuh"
 #include "nitorch_jit/splinc.h"
 
 namespace nitorch_jit {
 namespace splinc {
 namespace cuda {
-
-template <class Policy>
-void check_args(const at::Tensor& input, at::IntArrayRef order, at::IntArrayRef bound,
-                at::IntArrayRef dim, const char* name) {
-  using lines_cuda::num;
-  TORCH_CHECK(Policy::on_device(input), name, ": expected a ", Policy::kDevice, " tensor");
-  TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble, name,
-              ": expected float32 or float64, got ", lines_cuda::dt(input.scalar_type()));
-  TORCH_CHECK(order.size() == bound.size() && bound.size() == dim.size(), name,
-              ": order, bound and dim must have the same length");
-  for (size_t i = 0; i < dim.size(); ++i) {
-    TORCH_CHECK(dim[i] >= 0 && dim[i] < input.dim(), name, ": dim ", num(dim[i]),
-                " out of range");
-    TORCH_CHECK(order[i] >= 0 && order[i] <= 7, name, ": order must be in 0..7, got ",
-                num(order[i]));
-    TORCH_CHECK(filter_bound((int)bound[i]) >= 0, name, ": unknown bound code ", num(bound[i]));
-  }
-}
 
 // Filter the contiguous tensor x in place along each dim (identity dims skipped).
 template <class Policy>
@@ -64,7 +47,8 @@ template <class Policy>
 struct Ops {
   static at::Tensor spline_coeff_nd(const at::Tensor& input, at::IntArrayRef order,
                                     at::IntArrayRef bound, at::IntArrayRef dim, bool adjoint) {
-    check_args<Policy>(input, order, bound, dim, "spline_coeff_nd");
+    lines::check_splinc_args(input, order, bound, dim, Policy::on_device(input), Policy::kDevice,
+                             "spline_coeff_nd");
     const typename Policy::Guard guard(input.device());
     at::Tensor out = at::empty(input.sizes(), input.options());  // contiguous
     out.copy_(input);
@@ -74,11 +58,9 @@ struct Ops {
 
   static void spline_coeff_nd_(const at::Tensor& input, at::IntArrayRef order,
                                at::IntArrayRef bound, at::IntArrayRef dim, bool adjoint) {
-    check_args<Policy>(input, order, bound, dim, "spline_coeff_nd_");
-    // expanded (stride 0) dims alias memory and cannot be filtered in place
-    for (int64_t k = 0; k < input.dim(); ++k)
-      TORCH_CHECK(input.size(k) < 2 || input.stride(k) != 0,
-                  "spline_coeff_nd_: input has an expanded dim (stride 0); use inplace=False");
+    lines::check_splinc_args(input, order, bound, dim, Policy::on_device(input), Policy::kDevice,
+                             "spline_coeff_nd_");
+    lines::check_not_expanded(input);
     const typename Policy::Guard guard(input.device());
     if (input.is_contiguous()) {
       apply<Policy>(input, order, bound, dim, adjoint);

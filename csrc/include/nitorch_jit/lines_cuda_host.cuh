@@ -26,11 +26,6 @@
 namespace nitorch_jit {
 namespace lines_cuda {
 
-// Numbers in messages go through std::to_string, not the extension's ostream (formatting an
-// integer that way crashed inside libstdc++ on one GPU machine; see pushpull_cuda_host.cuh).
-inline std::string num(int64_t v) { return std::to_string(v); }
-inline const char* dt(at::ScalarType t) { return c10::toString(t); }
-
 // Tests force 64-bit offsets with NI_JIT_CUDA_INDEX=64 (as the pushpull kernels).
 inline bool allow_i32() {
   const char* v = std::getenv("NI_JIT_CUDA_INDEX");
