@@ -57,13 +57,21 @@ def _backend_preview(module, device_type):
         return "error", err
     if want == "TORCH":
         return "TORCH", "NI_COMPILED_BACKEND=TORCH"
-    if want == "MONAI":
-        return "error", "the MONAI backend is not available in this version"
+    monai_here = want in (None, "MONAI") and backend.monai_serves(module)
+    if want == "MONAI" and monai_here:
+        from .monai_backend import describe
+        ok, line = describe()
+        return ("MONAI", line) if ok else ("error", line)
     spec, err = _try(lambda: backend.module_spec(module, device_type))
     key = None
     if spec is not None:
         key, err = _try(lambda: jit.compute_key(spec))
     if key is None:
+        if monai_here:  # unset: MONAI's routines stand in when they load
+            from .monai_backend import describe
+            ok, line = describe()
+            if ok:
+                return "MONAI", f"cannot compile ({err}); fallback: {line}"
         return ("error" if want == "C" else "TORCH"), f"cannot compile: {err}"
     name = jit.entry_name(key)
     for e in cache.find(name):
@@ -139,6 +147,14 @@ def cmd_info(args):
                 continue
             which, why = _backend_preview(m, d)
             print(f"  {d:5s} {m:10s} {which}: {why}")
+    from . import monai_backend
+    ok, line = monai_backend.describe()
+    others = [m for m in MODULES if m not in monai_backend.SERVED]
+    print("MONAI (NI_COMPILED_BACKEND=MONAI, or the fallback when ours cannot be compiled)")
+    print(f"  {'found':10s}{line if ok else 'no: ' + line}")
+    print(f"  {'serves':10s}{', '.join(monai_backend.SERVED)} (grid_pull, grid_push, "
+          f"grid_count, grid_grad) with MONAI's compiled routines")
+    print(f"  {'ours':10s}{', '.join(others)}: no MONAI equivalent, our kernels serve them")
     return 0
 
 
