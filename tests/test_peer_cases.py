@@ -19,6 +19,7 @@ through the table of that numbering in nitorch_jit.codes (an integer would be re
 """
 import inspect
 
+import numpy
 import pytest
 import torch
 
@@ -127,3 +128,131 @@ def test_interpol_numbering_table_matches_interpol():
         a = nj.grid_pull(vol, grid, 3, member, True)
         b = nj.grid_pull(vol, grid, 3, name, True)
         assert torch.equal(a, b), name
+
+
+# ----------------------------------------------------------------------------- bound arguments
+# Ported code passes bounds as integers or as its package's enum members. Integers are refused
+# everywhere (the numberings differ); enum members are read by their names. Every public
+# function with a `bound` parameter needs a call here (checked below), so a new one is covered.
+def _bound_calls():
+    gen = torch.Generator().manual_seed(11)
+    img = torch.randn(1, 2, 5, 4, dtype=torch.float64, generator=gen)
+    grid = (nj.identity_grid([3, 3], dtype=torch.float64)
+            + torch.randn(3, 3, 2, dtype=torch.float64, generator=gen))[None]
+    vals = torch.randn(1, 2, 3, 3, dtype=torch.float64, generator=gen)
+    disp = torch.randn(1, 5, 4, 2, dtype=torch.float64, generator=gen)
+    hess = torch.rand(1, 2, 5, 4, dtype=torch.float64, generator=gen) + 1
+    hess_grid = torch.rand(1, 5, 4, 2, dtype=torch.float64, generator=gen) + 1
+    reg = dict(membrane=0.5, bending=0.1)
+
+    def reslice(b):
+        nib = pytest.importorskip("nibabel")
+        moving = nib.Nifti1Image(img[0, 0, :, :, None].expand(5, 4, 3).numpy(), numpy.eye(4))
+        aff = numpy.eye(4)
+        aff[:3, 3] = [0.3, -0.4, 0.2]
+        out = nj.reslice(moving, ((5, 4, 3), aff), order=3, bound=b, extrapolate=True)
+        return torch.as_tensor(numpy.asarray(out.dataobj))
+
+    return {
+        "grid_pull": lambda b: nj.grid_pull(img, grid, 3, b, True),
+        "pull": lambda b: nj.pull(img, grid, 3, b, True),
+        "grid_push": lambda b: nj.grid_push(vals, grid, [5, 4], 3, b, True),
+        "push": lambda b: nj.push(vals, grid, [5, 4], 3, b, True),
+        "grid_count": lambda b: nj.grid_count(grid, [5, 4], 3, b, True),
+        "count": lambda b: nj.count(grid, [5, 4], 3, b, True),
+        "grid_grad": lambda b: nj.grid_grad(img, grid, 3, b, True),
+        "resize": lambda b: nj.resize(img, factor=1.5, interpolation=3, bound=b),
+        "restrict": lambda b: nj.restrict(img, factor=2, interpolation=3, bound=b),
+        "prolong": lambda b: nj.prolong(img, bound=b),
+        "resize_grid": lambda b: nj.resize_grid(disp, factor=1.5, interpolation=3, bound=b),
+        "spline_coeff": lambda b: nj.spline_coeff(img, 3, b),
+        "spline_coeff_nd": lambda b: nj.spline_coeff_nd(img, 3, b, dim=2),
+        "regulariser": lambda b: nj.regulariser(img, bound=b, **reg),
+        "regulariser_grid": lambda b: nj.regulariser_grid(disp, bound=b, **reg),
+        "solve_field": lambda b: nj.solve_field(hess, img, bound=b, **reg),
+        "solve_field_fmg": lambda b: nj.solve_field_fmg(hess, img, bound=b, **reg),
+        "solve_grid": lambda b: nj.solve_grid(hess_grid, disp, bound=b, **reg),
+        "solve_grid_fmg": lambda b: nj.solve_grid_fmg(hess_grid, disp, bound=b, **reg),
+        "reslice": reslice,
+    }
+
+
+BOUND_CALLS = _bound_calls()
+PUBLIC_WITH_BOUND = sorted(
+    name for name in nj.__all__ if name != "compiled_backend" and callable(getattr(nj, name))
+    and not isinstance(getattr(nj, name), type)
+    and "bound" in inspect.signature(getattr(nj, name)).parameters)
+
+
+def test_every_public_bound_argument_has_a_case():
+    assert PUBLIC_WITH_BOUND, "no public function with a bound parameter found"
+    missing = sorted(set(PUBLIC_WITH_BOUND) - set(BOUND_CALLS))
+    assert not missing, f"add a call to _bound_calls() for {missing}"
+
+
+@pytest.mark.parametrize("name", PUBLIC_WITH_BOUND)
+def test_integer_bound_is_refused(name):
+    call = BOUND_CALLS[name]
+    for bad in (2, 6, 0, [2], numpy.int64(2)):
+        with pytest.raises((TypeError, ValueError), match="ambiguous") as info:
+            call(bad)
+        message = str(info.value)
+        # the message explains the three numberings and says what to pass instead
+        assert "bound" in message and "torch-interpol" in message and "MONAI" in message
+        assert "nitorch_jit.BoundType" in message
+
+
+@pytest.mark.parametrize("name", PUBLIC_WITH_BOUND)
+def test_enum_members_select_the_named_bound(name):
+    """Ours, torch-interpol's (when installed) and a stand-in for the pybind11 enums of
+    NITorch's and MONAI's compiled modules (no import: read by name) give the named bound."""
+    call = BOUND_CALLS[name]
+    want = call("dft")
+    assert not torch.equal(want, call("dct2"))  # the two bounds differ on these inputs
+    members = [nj.BoundType.dft, nj.BoundType.wrap,
+               _PybindLike("dft"), "DFT"]
+    try:
+        from interpol.bounds import BoundType as InterpolBound
+        members.append(InterpolBound.wrap)
+    except ImportError:
+        pass
+    for member in members:
+        assert torch.equal(call(member), want), (name, member)
+
+
+class _PybindLike:
+    """Shaped like a pybind11 enum member: a class with __members__, a string .name, no int."""
+    __members__ = {}
+
+    def __init__(self, name):
+        self.name = name
+
+
+def test_monai_grid_sample_enums_as_monai_translates_them():
+    """MONAI's GridSamplePadMode / GridSampleMode are read as MONAI translates them for its
+    compiled routines: reflection -> dct1 (align_corners=True), border -> replicate,
+    zeros -> zero; nearest / bilinear / bicubic -> orders 0 / 1 / 3."""
+    utils = pytest.importorskip("monai.utils")
+    img, grid = _data(2, seed=3)[:2]
+    pad, mode = utils.GridSamplePadMode, utils.GridSampleMode
+    for member, name in [(pad.REFLECTION, "dct1"), (pad.BORDER, "replicate"),
+                         (pad.ZEROS, "zero")]:
+        assert torch.equal(nj.grid_pull(img, grid, 1, member, True),
+                           nj.grid_pull(img, grid, 1, name, True)), member
+    for member, order in [(mode.NEAREST, 0), (mode.BILINEAR, 1), (mode.BICUBIC, 3)]:
+        assert torch.equal(nj.grid_pull(img, grid, member, "dct2", True),
+                           nj.grid_pull(img, grid, order, "dct2", True)), member
+
+
+def test_enum_of_the_wrong_kind_is_refused():
+    img, grid = _data(1, seed=4)[:2]
+    with pytest.raises(ValueError, match="bound"):
+        nj.grid_pull(img, grid, 1, nj.InterpolationType.nearest)
+    with pytest.raises(ValueError, match="interpolation"):
+        nj.grid_pull(img, grid, nj.BoundType.zero)
+    # per-dim lists mix names and members
+    assert torch.equal(nj.grid_pull(img, grid, 3, [nj.BoundType.dct1]),
+                       nj.grid_pull(img, grid, 3, "mirror"))
+    # orders stay integers (they agree everywhere), and our enum members work too
+    assert torch.equal(nj.grid_pull(img, grid, nj.InterpolationType.cubic, "dct2"),
+                       nj.grid_pull(img, grid, 3, "dct2"))
