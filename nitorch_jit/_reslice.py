@@ -124,10 +124,14 @@ def _geometry(img):
 
 
 def _scaled(img):
-    try:
-        slope, inter = img.header.get_slope_inter()
-    except AttributeError:  # MGH: no scaling
-        return False
+    """Whether the data are stored with NIfTI scaling (nibabel moves a loaded file's scl_slope
+    and scl_inter from the header to the array proxy)."""
+    slope, inter = getattr(img.dataobj, "slope", None), getattr(img.dataobj, "inter", None)
+    if slope is None:
+        try:
+            slope, inter = img.header.get_slope_inter()
+        except AttributeError:  # MGH: no scaling
+            return False
     return not ((slope is None or slope == 1) and (inter is None or inter == 0))
 
 
@@ -197,14 +201,14 @@ def _save(nib, img, path):
 
 def _out_dtype(dtype, moving_img):
     if dtype is None:
-        return np.dtype(moving_img.get_data_dtype()), False
+        return np.dtype(moving_img.get_data_dtype()).newbyteorder("="), False
     try:
         dt = np.dtype(dtype)
     except TypeError:
         raise ResliceError(f"dtype: unknown data type {dtype!r}") from None
     if dt.kind not in "uif":
         raise ResliceError(f"dtype: expected an integer or floating-point type, got {dt}")
-    return dt, True
+    return dt.newbyteorder("="), True
 
 
 def _to_dtype(values, dt):
