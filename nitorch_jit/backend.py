@@ -124,7 +124,23 @@ def _register_monai(module, device_type):
 
 
 def monai_serves(module):
-    """Whether MONAI's compiled routines can serve `module` (its other modules keep ours)."""
+    """Whether MONAI's compiled routines can serve `module` (its other modules keep ours).
+
+    Parameters
+    ----------
+    module : str
+        A module of nitorch_jit.ops.library.MODULES.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from nitorch_jit import backend
+    >>> backend.monai_serves("pushpull"), backend.monai_serves("resize")
+    (True, False)
+    """
     from . import monai_backend
     return module in monai_backend.SERVED
 

@@ -205,8 +205,12 @@ def test_backend_monai_requested_but_unavailable_raises(fresh_backend, monkeypat
         fresh_backend.calls
 
 
+# the caller's PYTHONPATH is kept: it may hide or provide a monai
+PYTHONPATH = os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+
+
 def _run(code, tmp_path, **env):
-    e = dict(os.environ, NI_JIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(REPO))
+    e = dict(os.environ, NI_JIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=PYTHONPATH)
     e.pop("NI_COMPILED_BACKEND", None)
     e.update(env)
     return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
@@ -233,7 +237,7 @@ def test_cli_info_says_what_monai_serves(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "nitorch_jit", "info"], capture_output=True,
                           text=True, timeout=600,
                           env=dict(os.environ, NI_JIT_CACHE_DIR=str(tmp_path / "c"),
-                                   PYTHONPATH=str(REPO), NI_COMPILED_BACKEND="MONAI"))
+                                   PYTHONPATH=PYTHONPATH, NI_COMPILED_BACKEND="MONAI"))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "MONAI (NI_COMPILED_BACKEND=MONAI" in out
@@ -249,6 +253,10 @@ def test_cli_info_says_what_monai_serves(tmp_path):
 def test_docstring_examples():
     result = doctest.testmod(monai_backend)
     assert result.attempted > 0 and result.failed == 0, result
+    runner = doctest.DocTestRunner()
+    for test in doctest.DocTestFinder().find(backend.monai_serves, "monai_serves", globs={}):
+        runner.run(test)
+    assert tuple(runner.summarize(verbose=False)) == (0, 2)  # (failed, attempted)
 
 
 # ------------------------------------------------------------------ with MONAI's build
