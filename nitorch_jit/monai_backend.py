@@ -58,7 +58,7 @@ BUILD_HINT = (
     "into an installed monai.")
 
 _LOCK = threading.Lock()
-_LIBS = {}  # device type -> torch.library.Library("nitorch_jit", "IMPL") holding our wrappers
+_LIBS = {}  # (module, device type) -> Library("nitorch_jit", "IMPL") holding the wrappers
 
 
 class MonaiUnavailable(BackendError):
@@ -284,12 +284,12 @@ def register(module, device_type):
     if device_type == "cuda":
         _probe_cuda(C)
     with _LOCK:
-        if device_type not in _LIBS:
+        if (module, device_type) not in _LIBS:
             lib = torch.library.Library("nitorch_jit", "IMPL")
             kernels = _kernels(C)
             for op in MODULES[module]:
                 lib.impl(op, kernels[op], key)
-            _LIBS[device_type] = lib
+            _LIBS[(module, device_type)] = lib
     return f"MONAI's compiled routines, {C.__file__}"
 
 
