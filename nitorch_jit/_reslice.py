@@ -74,21 +74,22 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
     mat = torch.as_tensor(vox2vox, dtype=torch.float64)
     lin, off = mat[:3, :3], mat[:3, 3]
     n0, n1, n2 = (int(s) for s in shape)
-    # the affine part of every output plane but the slowest axis's term, computed once
+    # the affine part of one output plane (all but the slowest axis's term), computed once
+    # and flat, so that each chunk is one vectorised pass: grid[z] = plane + z * step
     i1 = torch.arange(n1, dtype=torch.float64)[:, None, None]
     i2 = torch.arange(n2, dtype=torch.float64)[None, :, None]
-    plane = (off + lin[:, 1] * i1 + lin[:, 2] * i2).to(device, gdtype)  # [n1, n2, 3]
-    step = lin[:, 0].to(device, gdtype)
+    plane = (off + lin[:, 1] * i1 + lin[:, 2] * i2).reshape(-1).to(device, gdtype)
+    step = lin[:, 0].repeat(n1 * n2).to(device, gdtype)
     rows = max(1, min(n0, _CHUNK_POINTS // max(1, n1 * n2)))
     # where nitorch_jit.affine_pull exists, the no-displacement case goes to it (no grid)
     out = None
     grid = None
     for z0 in range(0, n0, rows):
         z1 = min(n0, z0 + rows)
-        i0 = torch.arange(z0, z1, dtype=gdtype, device=device)[:, None, None, None]
+        i0 = torch.arange(z0, z1, dtype=gdtype, device=device)[:, None]
         if grid is None or grid.shape[0] != z1 - z0:
             grid = torch.empty((z1 - z0, n1, n2, 3), dtype=gdtype, device=device)
-        torch.add(plane, i0 * step, out=grid)
+        torch.addcmul(plane, i0, step, out=grid.view(z1 - z0, -1))
         if displacement is not None:
             grid += displacement[z0:z1].to(gdtype)
         part = grid_pull(coef[None], grid[None], orders, names, extrapolate)[0]

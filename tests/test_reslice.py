@@ -370,6 +370,17 @@ def test_cli_writes_on_target_grid(tmp_path, capsys):
     assert not [p for p in os.listdir(tmp_path) if "partial" in p]
 
 
+def test_nifti2_stays_nifti2(tmp_path):
+    img = _cube()
+    mov = _save(nib.Nifti2Image(img.get_fdata().astype(np.float32), img.affine),
+                tmp_path / "n2.nii")
+    out = str(tmp_path / "o.nii")
+    nj.reslice(mov, mov, output=out)
+    back = nib.load(out)
+    assert isinstance(back, nib.Nifti2Image)
+    np.testing.assert_allclose(back.get_fdata(), img.get_fdata(), atol=1e-6)
+
+
 def test_cli_inverse_and_output(tmp_path):
     img = _cube()
     mov = _save(img, tmp_path / "mov.nii")
