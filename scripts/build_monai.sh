@@ -14,7 +14,8 @@
 set -euo pipefail
 MONAI_CSRC=$(realpath "${1:-/work/shared/third_party/monai-csrc}")
 BUILD_DIR=$(realpath -m "${2:-/work/monai_build}")
-test -f "$MONAI_CSRC/ext.cpp" || { echo "no ext.cpp in $MONAI_CSRC: not MONAI's csrc folder" >&2; exit 2; }
+test -f "$MONAI_CSRC/ext.cpp" || {
+  echo "no ext.cpp in $MONAI_CSRC: not MONAI's csrc folder" >&2; exit 2; }
 REPO=$(realpath "$(dirname "$0")/..")
 case "$BUILD_DIR/" in "$REPO"/*)
   echo "BUILD_DIR $BUILD_DIR is inside this repository: build MONAI outside it" >&2; exit 2;; esac
@@ -58,5 +59,5 @@ shutil.copy2(built, target)
 print(f"installed {built} as {target}")
 PY
 end=$(date +%s)
-python -c "import monai._C as C; print('import monai._C: ok,', C.BoundType.zero, '=', int(C.BoundType.zero))"
+python -c "import monai._C as C; print('import monai._C: ok, zero =', int(C.BoundType.zero))"
 echo "build time: $((end - start)) s; build folder size: $(du -sh "$BUILD_DIR" | cut -f1)"

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import nitorch_jit as nj
 from nitorch_jit import backend, monai_backend
 from nitorch_jit.jit import toolchain
 from nitorch_jit.ops.options import BOUND_NAMES
@@ -404,7 +403,8 @@ for order in (0, 1, 2, 3):
         out[f"pull {order} {bound}"] = y.tolist()
         out[f"pull input gradient {order} {bound}"] = gx.tolist()
         out[f"pull grid gradient {order} {bound}"] = gg.tolist()
-        out[f"push {order} {bound}"] = nj.grid_push(y.detach(), grid.detach(), [6, 5, 4], **kw).tolist()
+        out[f"push {order} {bound}"] = nj.grid_push(y.detach(), grid.detach(), [6, 5, 4],
+                                                    **kw).tolist()
         out[f"count {order} {bound}"] = nj.grid_count(grid.detach(), [6, 5, 4], **kw).tolist()
         out[f"grad {order} {bound}"] = nj.grid_grad(x.detach(), grid.detach(), **kw).tolist()
 out["prefilter"] = nj.grid_pull(x.detach(), grid.detach(), interpolation=3, bound="dct2",
@@ -432,3 +432,40 @@ def test_public_api_with_backend_monai(tmp_path):
     for key in want:
         torch.testing.assert_close(torch.tensor(got[key]), torch.tensor(want[key]),
                                    rtol=1e-10, atol=1e-10, msg=lambda m: f"{key}: {m}")
+
+
+OPCHECK = r"""
+import torch, nitorch_jit as nj
+torch.manual_seed(0)
+x = torch.randn(2, 3, 6, 5, dtype=torch.float64, requires_grad=True)
+grid = (torch.rand(2, 4, 3, 2, dtype=torch.float64) * 7 - 1).requires_grad_()
+pull = torch.compile(lambda a, b: nj.grid_pull(a, b, interpolation=3, bound="dft"),
+                     fullgraph=True, backend="aot_eager")
+y = pull(x, grid)
+gx, gg = torch.autograd.grad(y.square().sum(), [x, grid])
+y0 = nj.grid_pull(x, grid, 3, "dft")
+gx0, gg0 = torch.autograd.grad(y0.square().sum(), [x, grid])
+for a, b in ((y, y0), (gx, gx0), (gg, gg0)):
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+assert nj.compiled_backend == "MONAI"
+ops = torch.ops.nitorch_jit
+x, grid = x.detach(), grid.detach()
+w = torch.randn(2, 3, 4, 3, dtype=torch.float64)
+wg = torch.randn(2, 3, 4, 3, 2, dtype=torch.float64)
+opts = ([1, 1], [2, 6], True)
+for op, args in [(ops.grid_pull, (x, grid, *opts)), (ops.grid_push, (w, grid, [6, 5], *opts)),
+                 (ops.grid_grad, (x, grid, *opts)), (ops.grid_pushgrad, (wg, grid, [6, 5], *opts)),
+                 (ops.grid_grad_dot, (w, x, grid, *opts)),
+                 (ops.grid_hess_dot, (wg, x, grid, *opts)),
+                 (ops.grid_pull_backward, (w, x, grid, *opts))]:
+    torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor",
+                                                "test_aot_dispatch_dynamic"))
+print("OK")
+"""
+
+
+@needs_monai
+@pytest.mark.slow
+def test_opcheck_and_torch_compile_with_backend_monai(tmp_path):
+    proc = _run(OPCHECK, tmp_path, NI_COMPILED_BACKEND="MONAI")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stderr
