@@ -97,7 +97,9 @@ def _fallback_warning(device_type, err, monai_err=None):
     if device_type in _WARNED:
         return
     _WARNED.add(device_type)
-    also = f" MONAI's compiled routines cannot stand in either: {monai_err}" if monai_err else ""
+    # the short reason: most users never asked for MONAI ('nitorch-jit info' has the long one)
+    also = (f" MONAI's compiled routines cannot stand in either: "
+            f"{getattr(monai_err, 'short', monai_err)}." if monai_err else "")
     warnings.warn(
         f"nitorch_jit: compiled kernels are unavailable on {device_type.upper()}, so the "
         f"pure-PyTorch backend is used there (correct but several times slower). Why: {err}"

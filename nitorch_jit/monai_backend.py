@@ -62,7 +62,15 @@ _LIBS = {}  # (module, device type) -> Library("nitorch_jit", "IMPL") holding th
 
 
 class MonaiUnavailable(BackendError):
-    """MONAI, or its compiled routines, cannot be used in this environment."""
+    """MONAI, or its compiled routines, cannot be used in this environment.
+
+    ``str(err)`` says why and how to build them; ``err.short`` says why in a few words (for
+    the fallback warning of users who never asked for MONAI).
+    """
+
+    def __init__(self, message, short):
+        super().__init__(message)
+        self.short = short
 
 
 def load():
@@ -90,9 +98,10 @@ def load():
     except ImportError as err:
         raise MonaiUnavailable(
             f"MONAI is not installed ({err}). `pip install monai` installs its Python code; "
-            + BUILD_HINT) from err
+            + BUILD_HINT, "MONAI is not installed") from err
     except Exception as err:  # a broken install must not break the fallback to TORCH
-        raise MonaiUnavailable(f"importing monai failed ({type(err).__name__}: {err})") from err
+        why = f"importing monai failed ({type(err).__name__}: {err})"
+        raise MonaiUnavailable(why, why) from err
     try:
         return importlib.import_module("monai._C")
     except ImportError as err:
@@ -100,11 +109,14 @@ def load():
             raise MonaiUnavailable(
                 f"MONAI {getattr(monai, '__version__', '?')} is installed "
                 f"({getattr(monai, '__file__', '?')}) but without its compiled routines "
-                f"(monai._C). " + BUILD_HINT) from err
+                f"(monai._C). " + BUILD_HINT,
+                "MONAI is installed without its compiled routines (monai._C, built only with "
+                "BUILD_MONAI=1)") from err
         # present but unloadable, typically built against another torch
         raise MonaiUnavailable(
             f"monai._C is present but cannot be loaded ({err}); rebuild it against this torch "
-            f"({torch.__version__}) with BUILD_MONAI=1. " + BUILD_HINT) from err
+            f"({torch.__version__}) with BUILD_MONAI=1. " + BUILD_HINT,
+            f"monai._C cannot be loaded ({err})") from err
 
 
 def to_monai(C, order, bound):

@@ -88,12 +88,14 @@ def test_monai_without_C_names_build_monai(monkeypatch):
     msg = str(err.value)
     assert "BUILD_MONAI=1" in msg and "monai._C" in msg and "1.6.1" in msg
     assert "setup.py develop" in msg and "build_monai.sh" in msg
+    assert "BUILD_MONAI=1" in err.value.short and len(err.value.short) < len(msg) / 3
 
 
 def test_monai_not_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "monai", None)  # makes `import monai` fail
-    with pytest.raises(monai_backend.MonaiUnavailable, match="MONAI is not installed"):
+    with pytest.raises(monai_backend.MonaiUnavailable, match="MONAI is not installed") as err:
         monai_backend.load()
+    assert err.value.short == "MONAI is not installed"
 
 
 def test_register_refuses_modules_monai_lacks():
@@ -142,7 +144,8 @@ def fresh_backend(monkeypatch):
     def register_monai(module, device_type):
         calls.append(("MONAI", module))
         if ways.monai_error:
-            raise monai_backend.MonaiUnavailable(ways.monai_error)
+            raise monai_backend.MonaiUnavailable(ways.monai_error + " and how to build it",
+                                                 ways.monai_error)
         return "monai._C stand-in"
 
     monkeypatch.setattr(backend, "load_module", load_module)
@@ -183,6 +186,7 @@ def test_fallback_order_torch_last(fresh_backend):
     which, msgs = _ensure("pushpull")
     assert which == "TORCH" and len(msgs) == 1
     assert "no C++ compiler found" in msgs[0] and "BUILD_MONAI=1" in msgs[0]
+    assert "how to build it" not in msgs[0]  # the short reason
     assert fresh_backend.calls == [("C", "pushpull"), ("MONAI", "pushpull"),
                                    ("TORCH", "pushpull")]
 
