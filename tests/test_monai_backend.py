@@ -413,6 +413,10 @@ for order in (0, 1, 2, 3):
         out[f"grad {order} {bound}"] = nj.grid_grad(x.detach(), grid.detach(), **kw).tolist()
 out["prefilter"] = nj.grid_pull(x.detach(), grid.detach(), interpolation=3, bound="dct2",
                                 prefilter=True).tolist()
+# batch dims broadcast (expanded with stride 0 before the kernels): one image, two grids
+y = nj.grid_pull(x[:1], grid, interpolation=2, bound="dst1")
+gx, gg = torch.autograd.grad(y.square().sum(), [x, grid])
+out["broadcast"], out["broadcast gradients"] = y.tolist(), [gx.tolist(), gg.tolist()]
 out["backend"] = nj.compiled_backend
 print("RESULT", json.dumps(out))
 """
@@ -434,8 +438,10 @@ def test_public_api_with_backend_monai(tmp_path):
     want.pop("backend")
     assert want.keys() == got.keys()
     for key in want:
-        torch.testing.assert_close(torch.tensor(got[key]), torch.tensor(want[key]),
-                                   rtol=1e-10, atol=1e-10, msg=lambda m: f"{key}: {m}")
+        pairs = zip(got[key], want[key]) if key.endswith("gradients") else [(got[key], want[key])]
+        for a, b in pairs:
+            torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=1e-10, atol=1e-10,
+                                       msg=lambda m: f"{key}: {m}")
 
 
 OPCHECK = r"""
