@@ -428,14 +428,18 @@ def test_cli_bad_input_writes_nothing(tmp_path, capsys, case):
 
 def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
     img = _cube()
-    real_save = nib.save
+    real_save, real_gzip = nib.save, _reslice._write_gzip
 
-    def save_then_fail(image, path):
-        real_save(image, path)
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(nib, "save", save_then_fail)
-    with pytest.raises(_reslice.ResliceError, match="No space left"):
-        nj.reslice(img, _same_grid(img), output=str(tmp_path / "o.nii.gz"))
+    def fail_after(write):
+        def wrapped(what, path):
+            write(what, path)  # a complete temporary file, then the disk fills up
+            raise OSError(28, "No space left on device")
+        return wrapped
+    monkeypatch.setattr(nib, "save", fail_after(real_save))
+    monkeypatch.setattr(_reslice, "_write_gzip", fail_after(real_gzip))
+    for name in ("o.nii", "o.nii.gz", "o.mgz"):
+        with pytest.raises(_reslice.ResliceError, match="No space left"):
+            nj.reslice(img, _same_grid(img), output=str(tmp_path / name))
     assert os.listdir(tmp_path) == []
 
 
