@@ -16,6 +16,7 @@ import torch
 
 from . import jit
 from .jit import toolchain
+from .ops import tuning
 from .ops.library import MODULES
 
 _PKG = Path(__file__).resolve().parent
@@ -78,7 +79,9 @@ def load_module(module, device_type, archs=None):
     if device_type == "cuda":
         home, _ = toolchain.find_cuda_home()
         toolchain.check_cuda_versions(toolchain.nvcc_version(home), torch.version.cuda)
-    return jit.load(module_spec(module, device_type, archs))
+    path = jit.load(module_spec(module, device_type, archs))
+    tuning.attach(path)  # the kernels' knobs, chosen in Python
+    return path
 
 
 def _register_torch(module, device_type):
