@@ -360,12 +360,15 @@ def reslice(moving, target, transforms=(), displacement=None, *, order=1, bound=
         (FreeSurfer LTA, ITK/ANTs text or ``.mat``, plain 4x4 text matrix; see
         :func:`nitorch_jit.transforms.read_transform` for each format's direction), a 4x4
         array (RAS to RAS, moving to target) or a ``(path_or_array, inverse)`` pair where
-        ``inverse=True`` applies the inverse.
+        ``inverse=True`` applies the inverse. ITK/ANTs files go in the order
+        ``antsApplyTransforms -t`` takes them.
     displacement : str, os.PathLike or nibabel image, optional
         A displacement field in the ITK/ANTs layout ``[X, Y, Z, 1, 3]`` (or ``[X, Y, Z, 3]``),
-        in mm, LPS, mapping target points to moving points (``x -> x + u(x)``), applied before
-        the affine transforms (as ``antsApplyTransforms -t AFFINE -t FIELD`` does). Defined on
-        its own grid; interpolated linearly at the target's voxels when that grid differs.
+        in mm, LPS, mapping target points to moving points (``x -> x + u(x)``), applied to the
+        target's points before the affine transforms take them to the moving image: an ANTs
+        registration's ``antsApplyTransforms -t 1Warp.nii.gz -t 0GenericAffine.mat`` is
+        ``displacement='1Warp.nii.gz', transforms=['0GenericAffine.mat']``. Defined on its own
+        grid; interpolated linearly at the target's voxels when that grid differs.
     order : int, default 1
         Spline order 0..7; orders >= 2 interpolate (the spline prefilter runs first, as in
         scipy).
