@@ -451,8 +451,11 @@ class _Job:
     def __init__(self, nib, img, target_img, target_geom, transforms, displacement, order,
                  bound, extrapolate, label, dtype, device):
         self.nib, self.img, self.target_img, self.target_geom = nib, img, target_img, target_geom
-        self.order = order_codes(order, 3, "order")
-        self.bound = [BOUND_NAMES[b] for b in bound_codes(bound, 3, "bound")]
+        try:
+            self.order = order_codes(order, 3, "order")
+            self.bound = [BOUND_NAMES[b] for b in bound_codes(bound, 3, "bound")]
+        except (TypeError, ValueError) as e:
+            raise ResliceError(str(e)) from None
         if not isinstance(extrapolate, bool) or not isinstance(label, bool):
             raise ResliceError("extrapolate, label: expected True or False")
         self.extrapolate, self.label = extrapolate, label

@@ -393,7 +393,7 @@ def test_cli_inverse_and_output(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing", "badline", "singular", "field", "folder",
-                                  "type", "lta_type", "two_outputs"])
+                                  "type", "lta_type", "two_outputs", "bound", "dtype"])
 def test_cli_bad_input_writes_nothing(tmp_path, capsys, case):
     img = _cube()
     mov = _save(img, tmp_path / "mov.nii.gz")
@@ -401,7 +401,8 @@ def test_cli_bad_input_writes_nothing(tmp_path, capsys, case):
     expect = {"missing": "nothere.nii.gz: file not found", "badline": "line 2",
               "singular": "singular", "field": "fits no displacement layout",
               "folder": "does not exist", "type": "not supported",
-              "lta_type": "LTA type 2", "two_outputs": "use --suffix"}[case]
+              "lta_type": "LTA type 2", "two_outputs": "use --suffix",
+              "bound": "bound: unknown bound 'sideways'", "dtype": "dtype: unknown"}[case]
     if case == "missing":
         args = ["reslice", str(tmp_path / "nothere.nii.gz"), "-t", mov]
     elif case == "badline":
@@ -419,6 +420,10 @@ def test_cli_bad_input_writes_nothing(tmp_path, capsys, case):
         args += ["-l", _lta(tmp_path, np.eye(4), kind=2)]
     elif case == "two_outputs":
         args = ["reslice", mov, mov, "-t", mov, "-o", str(tmp_path / "o.nii")]
+    elif case == "bound":
+        args += ["--bound", "sideways"]
+    elif case == "dtype":
+        args += ["--dtype", "float17"]
     before = sorted(os.listdir(tmp_path))
     assert main(args) == 1
     err = capsys.readouterr().err
@@ -468,6 +473,19 @@ def test_transform_file_errors_name_the_line(tmp_path):
         transforms.read_transform(itk)
     with pytest.raises(transforms.TransformError, match="not found"):
         transforms.read_transform(tmp_path / "none.txt")
+
+
+def test_ants_binary_mat(tmp_path):
+    """ANTs' .mat (MATLAB v4: the 12 parameters and the centre 'fixed') reads as the text."""
+    io = pytest.importorskip("scipy.io")
+    lin = _rotation_z(90).round()[:3, :3]
+    params = np.concatenate([lin.ravel(), [1.0, -2.0, 0.5]])[:, None]
+    path = str(tmp_path / "0GenericAffine.mat")
+    io.savemat(path, {"AffineTransform_double_3_3": params, "fixed": np.array([[3.0], [1], [2]])},
+               format="4")
+    text = _itk(tmp_path, lin, trans=(1, -2, 0.5), centre=(3, 1, 2))
+    np.testing.assert_allclose(transforms.read_transform(path)[0],
+                               transforms.read_transform(text)[0], atol=1e-12)
 
 
 def test_simpleitk_agrees_on_the_itk_convention(tmp_path):
