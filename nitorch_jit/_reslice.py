@@ -460,7 +460,14 @@ class _Job:
             raise ResliceError("extrapolate, label: expected True or False")
         self.extrapolate, self.label = extrapolate, label
         self.out_dtype, self.dtype_given = _out_dtype(dtype, img)
-        self.device = torch.device(device or "cpu")
+        try:
+            self.device = torch.device(device or "cpu")
+        except (RuntimeError, TypeError):
+            raise ResliceError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got "
+                               f"{device!r}") from None
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ResliceError("device: cuda was asked for, but this torch sees no CUDA "
+                               f"device (torch {torch.__version__})")
         moving_geom = _geometry(img)
         self.moving_affine = _invertible(moving_geom[1], "moving image affine")
         _invertible(target_geom[1], "target affine")
