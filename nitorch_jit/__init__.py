@@ -5,6 +5,7 @@ core module for the CPU, so it tells the truth.
 """
 __version__ = "0.1.0"
 
+from .ops.affine import affine_pull, affine_push  # noqa: E402
 from .ops.pushpull import (  # noqa: E402
     affine_grid, count, grid_count, grid_grad, grid_pull, grid_push, identity_grid, pull, push,
 )
@@ -16,7 +17,7 @@ from .ops.solvers import (  # noqa: E402
 )
 from .ops.splinc import spline_coeff, spline_coeff_nd  # noqa: E402
 
-__all__ = ["affine_grid", "compiled_backend", "count", "grid_count", "grid_grad", "grid_pull",
+__all__ = ["affine_grid", "affine_pull", "affine_push", "compiled_backend", "count", "grid_count", "grid_grad", "grid_pull",
            "grid_push", "identity_grid", "prolong", "pull", "push", "regulariser",
            "regulariser_grid", "resize", "resize_grid", "restrict", "solve_field",
            "solve_field_closedform", "solve_field_fmg", "solve_grid", "solve_grid_closedform",

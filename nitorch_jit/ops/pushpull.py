@@ -320,15 +320,16 @@ def identity_grid(shape, dtype=None, device=None):
 
 def affine_grid(mat, shape):
     """Grid of `mat` [*batch, D+1, D+1] (or [*batch, D, D+1]) applied to the voxels of `shape`:
-    [*batch, *shape, D]."""
+    [*batch, *shape, D].
+
+    Coordinate d of voxel i is ((mat[d,0] i_0 + mat[d,1] i_1) + mat[d,2] i_2) + mat[d,D], in
+    this order with one rounding per operation: the rule affine_pull follows in its kernels,
+    so grid_pull(x, affine_grid(mat, shape)) equals affine_pull(x, mat, shape).
+    """
     check_tensor(mat, "mat")
     dim = len(shape)
     if mat.dim() < 2 or mat.shape[-1] != dim + 1 or mat.shape[-2] not in (dim, dim + 1):
         raise ValueError(f"mat: expected [*batch, {dim + 1}, {dim + 1}] or [*batch, {dim}, "
                          f"{dim + 1}] for a {dim}-D shape, got {tuple(mat.shape)}")
-    lin, off = mat[..., :dim, :dim], mat[..., :dim, dim]
-    grid = identity_grid(shape, mat.dtype, mat.device)
-    batch = mat.shape[:-2]
-    lin = lin.reshape(batch + (1,) * dim + (dim, dim))
-    off = off.reshape(batch + (1,) * dim + (dim,))
-    return torch.matmul(lin, grid.unsqueeze(-1)).squeeze(-1) + off
+    from ..torch_impl.pushpull import affine_coords
+    return affine_coords(mat[..., :dim, :], [int(s) for s in shape])
