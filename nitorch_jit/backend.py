@@ -1,8 +1,10 @@
 """Which kernels serve each op: compiled (C), pure PyTorch (TORCH) or MONAI.
 
 Chosen once per (module, device type) in a process, on the first call that needs it:
-``NI_COMPILED_BACKEND`` = C (compiled; errors raise), TORCH (alias TS) or MONAI; unset means C
-when it can be built, else TORCH with one warning saying why. Never a silent fallback.
+``NI_COMPILED_BACKEND`` = C (compiled; errors raise), TORCH (alias TS) or MONAI (MONAI's compiled
+routines for the modules it can serve, see monai_backend; our C kernels for the others).
+Unset means C when it can be built; else MONAI where it serves the module and ``monai._C``
+loads; else TORCH. Each fallback comes with one warning saying why. Never a silent fallback.
 """
 import os
 import sys
@@ -91,16 +93,40 @@ def _register_torch(module, device_type):
         _TORCH_LIB.impl(op, torch_impl.KERNELS[op], key)
 
 
-def _fallback_warning(device_type, err):
+def _fallback_warning(device_type, err, monai_err=None):
     if device_type in _WARNED:
         return
     _WARNED.add(device_type)
+    also = f" MONAI's compiled routines cannot stand in either: {monai_err}" if monai_err else ""
     warnings.warn(
         f"nitorch_jit: compiled kernels are unavailable on {device_type.upper()}, so the "
-        f"pure-PyTorch backend is used there (correct but several times slower). Why: {err} "
-        f"Fix that and restart Python to use the compiled kernels, or set "
+        f"pure-PyTorch backend is used there (correct but several times slower). Why: {err}"
+        f"{also} Fix that and restart Python to use the compiled kernels, or set "
         f"NI_COMPILED_BACKEND=TORCH to choose the pure-PyTorch backend and silence this warning "
         f"('nitorch-jit info' explains what it finds).", RuntimeWarning, stacklevel=4)
+
+
+def _monai_warning(module, device_type, err):
+    if ("MONAI", device_type) in _WARNED:
+        return
+    _WARNED.add(("MONAI", device_type))
+    warnings.warn(
+        f"nitorch_jit: compiled kernels are unavailable on {device_type.upper()}, so MONAI's "
+        f"compiled routines (monai._C) serve {module} there. Why: {err} Fix that and restart "
+        f"Python to use our compiled kernels, or set NI_COMPILED_BACKEND=MONAI to choose MONAI "
+        f"and silence this warning ('nitorch-jit info' explains what it finds).",
+        RuntimeWarning, stacklevel=4)
+
+
+def _register_monai(module, device_type):
+    from . import monai_backend  # imports MONAI only when it is asked for or fallen back on
+    return monai_backend.register(module, device_type)
+
+
+def monai_serves(module):
+    """Whether MONAI's compiled routines can serve `module` (its other modules keep ours)."""
+    from . import monai_backend
+    return module in monai_backend.SERVED
 
 
 def ensure(module, device):
@@ -119,25 +145,39 @@ def ensure(module, device):
         if state is not None:
             return state[0]
         want = requested()
-        if want == "MONAI":
-            raise BackendError(
-                "NI_COMPILED_BACKEND=MONAI: the MONAI backend is not available in this version of "
-                "nitorch_jit; use C or TORCH")
         if want == "TORCH":
             _register_torch(module, device_type)
             state = ("TORCH", "NI_COMPILED_BACKEND=TORCH")
+        elif want == "MONAI" and monai_serves(module):
+            try:
+                where = _register_monai(module, device_type)
+            except BackendError as err:
+                raise BackendError(f"NI_COMPILED_BACKEND=MONAI but {err}") from err
+            state = ("MONAI", f"NI_COMPILED_BACKEND=MONAI: {where}")
         else:
+            # C, unset, or MONAI for a module MONAI has no equivalent of (ours serve it)
             try:
                 path = load_module(module, device_type)
-                state = ("C", f"compiled library {path}")
+                state = ("C", f"compiled library {path}"
+                         + (" (no MONAI equivalent)" if want == "MONAI" else ""))
             except (toolchain.ToolchainError, jit.BuildError, jit.CacheError, BackendError) as err:
                 if want == "C":
                     raise BackendError(
                         f"NI_COMPILED_BACKEND=C but module {module!r} cannot be compiled for "
                         f"{device_type.upper()}: {err}") from err
-                _fallback_warning(device_type, err)
-                _register_torch(module, device_type)
-                state = ("TORCH", f"fallback: {err}")
+                state = None
+                monai_err = None
+                if want is None and monai_serves(module):
+                    try:
+                        where = _register_monai(module, device_type)
+                        _monai_warning(module, device_type, err)
+                        state = ("MONAI", f"fallback: {err}; {where}")
+                    except BackendError as merr:
+                        monai_err = merr
+                if state is None:
+                    _fallback_warning(device_type, err, monai_err)
+                    _register_torch(module, device_type)
+                    state = ("TORCH", f"fallback: {err}")
         _STATE[(module, device_type)] = state
         if os.environ.get("NI_SHOW_COMPILED_BACKEND", "0") not in ("", "0"):
             print(f"nitorch_jit: COMPILED_BACKEND for {module} on {device_type.upper()}: "

@@ -1,4 +1,4 @@
-"""nitorch-jit info | build | cache list/clear/path | bench"""
+"""nitorch-jit info | build | cache list/clear/path | bench | reslice"""
 import argparse
 import os
 import shutil
@@ -57,13 +57,21 @@ def _backend_preview(module, device_type):
         return "error", err
     if want == "TORCH":
         return "TORCH", "NI_COMPILED_BACKEND=TORCH"
-    if want == "MONAI":
-        return "error", "the MONAI backend is not available in this version"
+    monai_here = want in (None, "MONAI") and backend.monai_serves(module)
+    if want == "MONAI" and monai_here:
+        from .monai_backend import describe
+        ok, line = describe()
+        return ("MONAI", line) if ok else ("error", line)
     spec, err = _try(lambda: backend.module_spec(module, device_type))
     key = None
     if spec is not None:
         key, err = _try(lambda: jit.compute_key(spec))
     if key is None:
+        if monai_here:  # unset: MONAI's routines stand in when they load
+            from .monai_backend import describe
+            ok, line = describe()
+            if ok:
+                return "MONAI", f"cannot compile ({err}); fallback: {line}"
         return ("error" if want == "C" else "TORCH"), f"cannot compile: {err}"
     name = jit.entry_name(key)
     for e in cache.find(name):
@@ -139,6 +147,14 @@ def cmd_info(args):
                 continue
             which, why = _backend_preview(m, d)
             print(f"  {d:5s} {m:10s} {which}: {why}")
+    from . import monai_backend
+    ok, line = monai_backend.describe()
+    others = [m for m in MODULES if m not in monai_backend.SERVED]
+    print("MONAI (NI_COMPILED_BACKEND=MONAI, or the fallback when ours cannot be compiled)")
+    print(f"  {'found':10s}{line if ok else 'no: ' + line}")
+    print(f"  {'serves':10s}{', '.join(monai_backend.SERVED)} (grid_pull, grid_push, "
+          f"grid_count, grid_grad) with MONAI's compiled routines")
+    print(f"  {'ours':10s}{', '.join(others)}: no MONAI equivalent, our kernels serve them")
     return 0
 
 
@@ -214,6 +230,63 @@ def cmd_bench(args):
     return run_bench(size=args.size, threads=args.threads, repeat=args.repeat, modules=modules)
 
 
+class _AddTransform(argparse.Action):
+    """-l FILE appends (FILE, False); --inverse flips the transform given just before it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = list(getattr(namespace, "transforms", None) or [])
+        if self.const == "inverse":
+            if not items:
+                parser.error("--inverse applies to the -l/--linear transform given just "
+                             "before it; there is none")
+            items[-1] = (items[-1][0], not items[-1][1])
+        else:
+            items.append((values, False))
+        namespace.transforms = items
+
+
+def _reslice_parser(sub):
+    r = sub.add_parser(
+        "reslice", help="resample images onto a target grid through transforms (NIfTI, MGH)",
+        description="Resample MOVING images onto the grid of TARGET (its shape and affine) "
+                    "through affine transforms and a displacement field, interpolating once. "
+                    "Needs nibabel: pip install 'nitorch_jit[io]'.")
+    r.add_argument("moving", nargs="+", help="images to resample (.nii, .nii.gz, .mgh, .mgz)")
+    r.add_argument("-t", "--target", required=True, help="image whose grid the output takes")
+    r.add_argument("-l", "--linear", dest="transforms", action=_AddTransform, metavar="AFFINE",
+                   help="affine transform file, repeatable, in the order that moves the moving "
+                        "image to the target: FreeSurfer LTA (src -> dst as mri_vol2vol reads "
+                        "it), ITK/ANTs text or .mat (target -> moving points, LPS, as "
+                        "antsApplyTransforms applies it), or a plain 4x4 RAS-to-RAS matrix "
+                        "from moving to target")
+    r.add_argument("--inverse", dest="transforms", action=_AddTransform, nargs=0,
+                   const="inverse", help="apply the inverse of the -l transform just before")
+    r.add_argument("-d", "--displacement", help="displacement field, ITK/ANTs layout "
+                   "[X,Y,Z,1,3], mm, LPS, target -> moving; applied before the affines")
+    r.add_argument("--order", type=int, default=1, choices=range(8), metavar="0..7",
+                   help="spline order (default 1; >= 2 applies the spline prefilter)")
+    r.add_argument("--bound", default="dct2", help="boundary condition, as grid_pull "
+                   "(default dct2)")
+    r.add_argument("--extrapolate", action="store_true", help="use the bound outside the "
+                   "moving image's field of view (default: 0 there)")
+    r.add_argument("--label", action="store_true", help="integer label maps: most likely label")
+    r.add_argument("--dtype", help="output data type (default: the moving image's)")
+    r.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    g = r.add_mutually_exclusive_group()
+    g.add_argument("-o", "--output", help="output file (one moving image)")
+    g.add_argument("--suffix", default="_resliced",
+                   help="appended to each moving name before its extension (default _resliced)")
+
+
+def cmd_reslice(args):
+    from ._reslice import ResliceError, run_cli
+    try:
+        return run_cli(args)
+    except (ResliceError, ImportError) as e:
+        print(f"nitorch-jit reslice: {e}", file=sys.stderr)
+        return 1
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="nitorch-jit", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -235,9 +308,11 @@ def main(argv=None):
                        choices=["pushpull", "splinc", "resize", "regsolve", "all"],
                        help="what to time (default pushpull: resampling; regsolve: regulariser "
                             "and FMG solver; 'all' compiles and times every module)")
+    _reslice_parser(sub)
     args = p.parse_args(argv)
     try:
-        return {"info": cmd_info, "build": cmd_build, "cache": cmd_cache, "bench": cmd_bench}[args.cmd](args)
+        return {"info": cmd_info, "build": cmd_build, "cache": cmd_cache, "bench": cmd_bench,
+                "reslice": cmd_reslice}[args.cmd](args)
     except (jit.CacheError, backend.BackendError) as e:
         print(f"nitorch-jit: {e}", file=sys.stderr)
         return 1

@@ -58,6 +58,8 @@ import warnings
 import numpy as np
 import torch
 
+from .codes import BoundType
+
 __all__ = ["affine_transform", "geometric_transform", "map_coordinates", "rotate", "shift",
            "spline_filter", "spline_filter1d", "zoom"]
 
@@ -424,7 +426,7 @@ def _pull(x, grid, order, mode, cval, prefilter):
     npts = g.shape[0]
     g = g.reshape((npts,) + (1,) * (dim - 1) + (dim,))
     from .ops.pushpull import grid_pull
-    out = grid_pull(coef, g, interpolation=order, bound=_TAPS[mode], extrapolate=True)
+    out = grid_pull(coef, g, interpolation=order, bound=BoundType(_TAPS[mode]), extrapolate=True)
     out = out.reshape((x.shape[0], npts))
     if mode == "grid-constant" and cval != 0:
         out = out + cval
@@ -494,7 +496,8 @@ def _zoom_shift(x, out_shape, zooms, shifts, order, mode, cval, prefilter, grid_
         axes = [torch.from_numpy(np.where(np.isfinite(c), c, 0.0)) for c in coords]
         grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).to(coef.dtype)
         from .ops.pushpull import grid_pull
-        out = grid_pull(coef, grid, interpolation=order, bound=_TAPS[mode], extrapolate=True)
+        out = grid_pull(coef, grid, interpolation=order, bound=BoundType(_TAPS[mode]),
+                        extrapolate=True)
     if mode == "grid-constant" and cval != 0:
         out = out + cval
     if not all(v.all() for v in valid):

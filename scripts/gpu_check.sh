@@ -11,6 +11,7 @@
 #   KEEP=1                 keep the temporary cache and logs
 #   GPU_CHECK_OUT=DIR      also copy the logs and bench.json there
 #   GPU_CHECK_TESTS="..."  pytest targets instead of the default list
+#   GPU_CHECK_BENCH=0      build and test only
 # Exit status: 0 all tests passed and the speed targets were met, 1 a step failed, 2 the tests
 # passed but a speed target was missed.
 set -u -o pipefail
@@ -59,18 +60,29 @@ print(f"arch list: {toolchain.parse_arch_list()}")
 EOF
 echo "cores: $(nproc 2>/dev/null || echo ?), MAX_JOBS=$MAX_JOBS, cache $NI_JIT_CACHE_DIR"
 
-echo "== build (CUDA for the GPU present, then CPU)"
-limit 900 env NI_COMPILED_BACKEND=C NI_JIT_VERBOSE=0 "$PY" - <<'EOF' | tee "$WORK/build.txt"
+echo "== build (every module, CUDA and CPU, in parallel)"
+# one process per library; ninja inside each gets a share of the cores
+JOBS_EACH=$(( MAX_JOBS / 4 )); [ $JOBS_EACH -lt 1 ] && JOBS_EACH=1
+BUILD_FAIL=0
+PIDS=()
+for module in pushpull splinc resize regsolve; do
+    for device in cuda cpu; do
+        limit 900 env NI_COMPILED_BACKEND=C NI_JIT_VERBOSE=0 MAX_JOBS=$JOBS_EACH "$PY" - "$module" "$device" \
+            >"$WORK/build_${module}_$device.log" 2>&1 <<'EOF' &
 import sys, time
 from nitorch_jit import backend
-for module in ("pushpull", "splinc", "resize", "regsolve"):
-    for device in ("cuda", "cpu"):
-        t = time.monotonic()
-        assert backend.ensure(module, device) == "C", backend.status()
-        print(f"BUILD {module} {device} {time.monotonic() - t:.1f} s", flush=True)
+module, device = sys.argv[1:3]
+t = time.monotonic()
+assert backend.ensure(module, device) == "C", backend.status()
+print(f"BUILD {module} {device} {time.monotonic() - t:.1f} s", flush=True)
 assert "platformdirs" not in sys.modules, "platformdirs was imported"
 EOF
-if [ $? -ne 0 ]; then
+        PIDS+=($!)
+    done
+done
+for pid in "${PIDS[@]}"; do wait "$pid" || BUILD_FAIL=1; done
+cat "$WORK"/build_*.log | tee "$WORK/build.txt"
+if [ $BUILD_FAIL -ne 0 ]; then
     echo "FAIL: build (logs under $NI_JIT_CACHE_DIR/.failed)"; KEEP=1; exit 1
 fi
 
@@ -85,6 +97,8 @@ limit 600 "$PY" -m pytest -q -p no:cacheprovider -rs --durations=5 -k "not build
     $TESTS 2>&1 | tee "$WORK/pytest.txt"
 TESTS_RC=$?
 [ $TESTS_RC -ne 0 ] && STATUS=1
+
+if [ "${GPU_CHECK_BENCH:-1}" = 0 ]; then echo "benchmarks skipped (GPU_CHECK_BENCH=0)"; exit $STATUS; fi
 
 echo "== benchmark"
 limit 400 "$PY" scripts/bench_cuda.py --json "$WORK/bench.json" 2>&1 | tee "$WORK/bench.txt"

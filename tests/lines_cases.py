@@ -120,11 +120,11 @@ def layout_sweep(K, C, device):
     fails = []
     for name, x in layout_inputs():
         xd = x.to(device)
-        if device != "cpu":  # keep the layout on the device too
+        if device != "cpu" and name == "expanded":  # keep the layout on the device too
+            xd = x[:1].to(device).expand(x.shape)
+        elif device != "cpu":
             xd = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=device)
             xd.copy_(x)
-            if name == "expanded":
-                xd = x[:1].to(device).expand(x.shape)
         for orders, bounds in (([3, 2, 5], [2, 1, 5]), ([7, 0, 4], [6, 3, 0])):
             dims = [1, 2, 3]
             for adj in (False, True):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from nitorch_jit import backend
+from nitorch_jit import BoundType, backend
 from nitorch_jit.ops import splinc as api
 from nitorch_jit.torch_impl import pushpull as torch_pushpull
 from nitorch_jit.torch_impl import splinc as twin
@@ -220,7 +220,8 @@ def test_api_dims_and_inplace(c_op):
     out = api.spline_coeff_nd(x, ["cubic", "fifth"], ["reflect", "mirror"], dim=2)
     assert torch.allclose(out, ref, atol=1e-12)
     y = x.clone()
-    ret = api.spline_coeff_nd(y, [3, 5], [2, 1], dim=2, inplace=True)
+    ret = api.spline_coeff_nd(y, [3, 5], [BoundType.dct2, BoundType.dct1],
+                              dim=2, inplace=True)
     assert ret is y and torch.allclose(y, ref, atol=1e-12)
     # non-contiguous in-place
     z = x.clone().transpose(2, 3)

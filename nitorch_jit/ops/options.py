@@ -1,23 +1,12 @@
 """Parse user-facing option names (interpolation orders, bounds, anchors) into kernel codes."""
 import math
+import numbers
 
 import torch
 
-BOUND_CODES = {
-    "replicate": 0, "nearest": 0, "border": 0, "repeat": 0,
-    "dct1": 1, "mirror": 1,
-    "dct2": 2, "reflect": 2, "reflection": 2, "neumann": 2,
-    "dst1": 3, "antimirror": 3,
-    "dst2": 4, "antireflect": 4, "dirichlet": 4,
-    "dft": 5, "wrap": 5, "circular": 5,
-    "zero": 6, "zeros": 6, "constant": 6,
-}
-BOUND_NAMES = ["replicate", "dct1", "dct2", "dst1", "dst2", "dft", "zero"]
-
-ORDER_CODES = {
-    "nearest": 0, "zeroth": 0, "linear": 1, "first": 1, "quadratic": 2, "second": 2,
-    "cubic": 3, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
-}
+# the codes are defined once, in nitorch_jit.codes; BOUND_NAMES is re-exported from here
+from ..codes import (BOUND_CODES, BOUND_NAMES, ORDER_CODES, bound_code,  # noqa: F401
+                     integer_bound_message, order_code)
 
 
 def per_dim(value, dim, argname):
@@ -45,30 +34,33 @@ def positive_floats(value, dim, argname):
 
 
 def bound_codes(bound, dim, argname="bound"):
-    """One kernel code per spatial dim from a name, a code, or a list of them."""
+    """One kernel code per spatial dim from a name, a BoundType member (nitorch_jit's or a
+    peer package's, by its name), or a list of them. Plain integers are refused: the
+    packages number their bounds differently (see nitorch_jit.codes)."""
     out = []
     for b in per_dim(bound, dim, argname):
-        if isinstance(b, str) and b.lower() in BOUND_CODES:
-            out.append(BOUND_CODES[b.lower()])
-        elif isinstance(b, int) and not isinstance(b, bool) and 0 <= b < len(BOUND_NAMES):
-            out.append(b)
+        code = bound_code(b)
+        if code is not None:
+            out.append(code)
+        elif isinstance(b, numbers.Integral) and not isinstance(b, bool):
+            raise TypeError(integer_bound_message(int(b), argname))
         else:
-            raise ValueError(f"{argname}: unknown bound {b!r}; expected one of "
-                             f"{', '.join(sorted(BOUND_CODES))}")
+            raise ValueError(f"{argname}: unknown bound {b!r}; expected a member of "
+                             f"nitorch_jit.BoundType or one of {', '.join(sorted(BOUND_CODES))}")
     return out
 
 
 def order_codes(interpolation, dim, argname="interpolation"):
-    """One spline order (0..7) per spatial dim from a name, an int, or a list of them."""
+    """One spline order (0..7) per spatial dim from an int, a name, an InterpolationType
+    member (nitorch_jit's or a peer package's, by its name), or a list of them."""
     out = []
     for o in per_dim(interpolation, dim, argname):
-        if isinstance(o, str) and o.lower() in ORDER_CODES:
-            out.append(ORDER_CODES[o.lower()])
-        elif isinstance(o, int) and not isinstance(o, bool) and 0 <= o <= 7:
-            out.append(int(o))
-        else:
-            raise ValueError(f"{argname}: unknown interpolation {o!r}; expected an order 0..7 or "
-                             f"one of {', '.join(sorted(ORDER_CODES))}")
+        code = order_code(o)
+        if code is None:
+            raise ValueError(f"{argname}: unknown interpolation {o!r}; expected an order 0..7, "
+                             f"a member of nitorch_jit.InterpolationType or one of "
+                             f"{', '.join(sorted(ORDER_CODES))}")
+        out.append(code)
     return out
 
 
@@ -80,3 +72,31 @@ def check_tensor(x, argname, *, floating=True):
     if x.numel() == 0:
         raise ValueError(f"{argname}: expected a non-empty tensor, got shape {tuple(x.shape)}")
     return x
+
+
+# The parameters shared by the docstrings of the public functions, written once. A docstring
+# names them by a marker on the description line (``<bound>``); `document` fills them in.
+_DOC_PARAMS = {
+    "interpolation": """Spline order: 0..7, a name ('nearest', 'linear', 'quadratic', 'cubic',
+        'fourth', 'fifth', 'sixth', 'seventh') or a member of nitorch_jit.InterpolationType
+        (or a peer package's, read by its name). A list gives one per spatial dim; the
+        last one repeats.""",
+    "bound": """Boundary condition: a name ('zero', 'replicate', 'dct1', 'dct2', 'dst1',
+        'dst2', 'dft', or an alias such as 'reflect', 'mirror', 'wrap': see
+        nitorch_jit.BoundType) or a BoundType member; those of torch-interpol, NITorch and
+        MONAI are read by their names. A list gives one per spatial dim; the last one
+        repeats. A plain integer is refused: the packages number their bounds differently.""",
+    "extrapolate": """If False, a point farther than 0.05 voxel outside ``[0, n - 1]`` along
+        some dim is out: pulling there gives 0, pushing from there adds nothing. If True,
+        the bound extends the image everywhere.""",
+    "prefilter": """If True, `input` holds samples and the spline prefilter is applied
+        first, so that the spline interpolates them (orders >= 2); if False, `input` holds
+        the spline coefficients themselves.""",
+}
+
+
+def document(fn):
+    """Fill the ``<interpolation>``, ``<bound>``, ... markers of `fn`'s docstring."""
+    for key, text in _DOC_PARAMS.items():
+        fn.__doc__ = fn.__doc__.replace(f"<{key}>", text)
+    return fn

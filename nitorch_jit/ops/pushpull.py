@@ -11,7 +11,7 @@ import torch
 
 from .. import backend
 from . import library  # noqa: F401  (defines the schemas)
-from .options import bound_codes, check_tensor, order_codes
+from .options import bound_codes, check_tensor, document, order_codes
 from .splinc import prefilter as _prefilter
 
 _ops = torch.ops.nitorch_jit
@@ -229,12 +229,55 @@ def _shape_arg(shape, dim, default):
 
 
 # ----------------------------------------------------------------------------- public API
+@document
 def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=False,
               prefilter=False):
-    """Sample `input` [*batch, C, *in] at the voxel coordinates `grid` [*batch, *out, D].
+    """Sample an image at voxel coordinates by spline interpolation.
 
-    Returns [*batch, C, *out]. Integer inputs are treated as label maps: each label is pulled
-    as a mask and the most likely label is kept.
+    Parameters
+    ----------
+    input : tensor [*batch, C, *in]
+        Image (its spline coefficients when ``prefilter=False``). Floating point; an integer
+        tensor is taken as a label map: each label is pulled as a mask and each output
+        voxel keeps the most likely label.
+    grid : tensor [*batch, *out, D]
+        Voxel coordinates, D = 1, 2 or 3: ``grid[..., d]`` indexes spatial dim ``d`` of
+        `input`, voxel centres at 0 ... n - 1. Batch dims broadcast with those of `input`.
+    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
+        <interpolation>
+    bound : str or BoundType, or a list of them, default 'zero'
+        <bound>
+    extrapolate : bool, default False
+        <extrapolate>
+    prefilter : bool, default False
+        <prefilter>
+
+    Returns
+    -------
+    output : tensor [*batch, C, *out]
+        The image at the points of `grid`, with the dtype of `input`.
+
+    See Also
+    --------
+    grid_push : its adjoint.
+    grid_grad : the spatial gradient at the same points.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import grid_pull
+    >>> img = torch.arange(6.).reshape(1, 1, 2, 3)     # one 2 x 3 image: img[i, j] = 3 i + j
+    >>> grid = torch.tensor([[[[0.5, 1.0], [1.0, 1.5]]]])  # two points (i, j)
+    >>> grid_pull(img, grid)
+    tensor([[[[2.5000, 4.5000]]]])
+
+    With ``prefilter=True`` a cubic spline interpolates the samples (the same values as
+    ``scipy.ndimage.map_coordinates(x, [[1, 2, 2.5]], order=3, mode='reflect')``):
+
+    >>> x = torch.tensor([[[0., 1., 4., 9., 16.]]])
+    >>> at = torch.tensor([[[1.], [2.], [2.5]]])
+    >>> grid_pull(x, at, 'cubic', 'dct2', prefilter=True).round(decimals=4)
+    tensor([[[1.0000, 4.0000, 6.1142]]])
     """
     dim = _grid_dim(grid)
     _check_input(input, dim, grid, label_ok=True)
@@ -264,12 +307,45 @@ def _pull_labels(input, grid, interpolation, bound, extrapolate, prefilter):
     return out
 
 
+@document
 def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", extrapolate=False,
               prefilter=False):
-    """Splat `input` [*batch, C, *out] at `grid` [*batch, *out, D] into [*batch, C, *shape].
+    """Splat values at voxel coordinates onto an image: the adjoint of grid_pull.
 
-    The exact adjoint of grid_pull with the same options: with prefilter=True the transposed
-    spline prefilter is applied after splatting.
+    Parameters
+    ----------
+    input : tensor [*batch, C, *out]
+        The values to push, one per point of `grid`.
+    grid : tensor [*batch, *out, D]
+        Voxel coordinates, D = 1, 2 or 3 (see grid_pull). Batch dims broadcast.
+    shape : list[int], optional
+        Spatial shape of the output image (default: the spatial shape of `input`).
+    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
+        <interpolation>
+    bound : str or BoundType, or a list of them, default 'zero'
+        <bound>
+    extrapolate : bool, default False
+        <extrapolate>
+    prefilter : bool, default False
+        If True, the transposed spline prefilter is applied after splatting, so that push
+        stays the exact adjoint of ``grid_pull(..., prefilter=True)``.
+
+    Returns
+    -------
+    output : tensor [*batch, C, *shape]
+        Each voxel receives the values of the points weighted by the spline weights.
+
+    See Also
+    --------
+    grid_pull : its adjoint.
+    grid_count : the push of ones.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import grid_push
+    >>> grid_push(torch.tensor([[[2.]]]), torch.tensor([[[1.25]]]), shape=[4])
+    tensor([[[0.0000, 1.5000, 0.5000, 0.0000]]])
     """
     dim = _grid_dim(grid)
     _check_input(input, dim, grid)
@@ -286,16 +362,74 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
     return out.reshape(batch + out.shape[1:]).to(dtype)
 
 
+@document
 def grid_count(grid, shape=None, interpolation="linear", bound="zero", extrapolate=False):
-    """How much each voxel of a [*batch, 1, *shape] image receives when pushing ones."""
+    """How much each voxel receives when a one is pushed from every point of a grid.
+
+    Parameters
+    ----------
+    grid : tensor [*batch, *out, D]
+        Voxel coordinates, D = 1, 2 or 3 (see grid_pull).
+    shape : list[int], optional
+        Spatial shape of the output (default: the spatial shape of `grid`).
+    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
+        <interpolation>
+    bound : str or BoundType, or a list of them, default 'zero'
+        <bound>
+    extrapolate : bool, default False
+        <extrapolate>
+
+    Returns
+    -------
+    count : tensor [*batch, 1, *shape]
+        ``grid_push`` of an image of ones.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import grid_count
+    >>> grid_count(torch.tensor([[[0.5], [1.0], [1.75]]]), shape=[3])
+    tensor([[[0.5000, 1.7500, 0.7500]]])
+    """
     dim = _grid_dim(grid)
     ones = grid.new_ones(()).expand(grid.shape[:-dim - 1] + (1,) + grid.shape[-dim - 1:-1])
     return grid_push(ones, grid, shape, interpolation, bound, extrapolate)
 
 
+@document
 def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=False,
               prefilter=False):
-    """Spatial gradient of the spline-interpolated `input` at `grid`: [*batch, C, *out, D]."""
+    """Spatial gradient of the spline-interpolated image at voxel coordinates.
+
+    Parameters
+    ----------
+    input : tensor [*batch, C, *in]
+        Image (its spline coefficients when ``prefilter=False``).
+    grid : tensor [*batch, *out, D]
+        Voxel coordinates, D = 1, 2 or 3 (see grid_pull). Batch dims broadcast.
+    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
+        <interpolation>
+    bound : str or BoundType, or a list of them, default 'zero'
+        <bound>
+    extrapolate : bool, default False
+        <extrapolate>
+    prefilter : bool, default False
+        <prefilter>
+
+    Returns
+    -------
+    output : tensor [*batch, C, *out, D]
+        ``output[..., d]`` is the derivative along spatial dim ``d``, per voxel step.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import grid_grad
+    >>> x = torch.tensor([[[0., 1., 4., 9.]]])
+    >>> grid_grad(x, torch.tensor([[[1.5], [2.25]]]))
+    tensor([[[[3.],
+              [5.]]]])
+    """
     dim = _grid_dim(grid)
     _check_input(input, dim, grid)
     opts = _options(dim, interpolation, bound, extrapolate)
@@ -311,7 +445,29 @@ pull, push, count = grid_pull, grid_push, grid_count
 
 
 def identity_grid(shape, dtype=None, device=None):
-    """Voxel coordinates of every voxel of `shape`: [*shape, len(shape)]."""
+    """Voxel coordinates of every voxel of a shape: the grid that pulls an image unchanged.
+
+    Parameters
+    ----------
+    shape : list[int]
+        Spatial shape, D = len(shape) dims.
+    dtype : torch.dtype, optional
+        Default: torch's default dtype.
+    device : torch.device, optional
+
+    Returns
+    -------
+    grid : tensor [*shape, D]
+        ``grid[i, j, ...] = (i, j, ...)``.
+
+    Examples
+    --------
+    >>> from nitorch_jit import identity_grid
+    >>> identity_grid([2, 3])[1, 2]
+    tensor([1., 2.])
+    >>> identity_grid([2, 3]).shape
+    torch.Size([2, 3, 2])
+    """
     shape = [int(s) for s in shape]
     dtype = dtype or torch.get_default_dtype()
     axes = [torch.arange(s, dtype=dtype, device=device) for s in shape]
@@ -319,12 +475,32 @@ def identity_grid(shape, dtype=None, device=None):
 
 
 def affine_grid(mat, shape):
-    """Grid of `mat` [*batch, D+1, D+1] (or [*batch, D, D+1]) applied to the voxels of `shape`:
-    [*batch, *shape, D].
+    """Voxel coordinates of an affine map applied to every voxel of a shape.
 
-    Coordinate d of voxel i is ((mat[d,0] i_0 + mat[d,1] i_1) + mat[d,2] i_2) + mat[d,D], in
-    this order with one rounding per operation: the rule affine_pull follows in its kernels,
-    so grid_pull(x, affine_grid(mat, shape)) equals affine_pull(x, mat, shape).
+    Parameters
+    ----------
+    mat : tensor [*batch, D+1, D+1] or [*batch, D, D+1]
+        Voxel-to-voxel affine matrix (output voxel -> input voxel); the last row of a square
+        matrix is ignored.
+    shape : list[int]
+        Spatial shape of the output, D = len(shape) dims.
+
+    Returns
+    -------
+    grid : tensor [*batch, *shape, D]
+        ``grid[..., :] = mat[:D, :D] @ v + mat[:D, D]`` at each voxel ``v``; pass it to
+        grid_pull to resample an image. Coordinate d is computed as
+        ``((mat[d,0] v_0 + mat[d,1] v_1) + mat[d,2] v_2) + mat[d,D]``, in this order with one
+        rounding per operation: the rule affine_pull follows in its kernels, so
+        ``grid_pull(x, affine_grid(mat, shape))`` equals ``affine_pull(x, mat, shape)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import affine_grid
+    >>> mat = torch.tensor([[2., 0., 1.], [0., 1., -1.], [0., 0., 1.]])
+    >>> affine_grid(mat, [2, 2])[1, 1]
+    tensor([3., 0.])
     """
     check_tensor(mat, "mat")
     dim = len(shape)

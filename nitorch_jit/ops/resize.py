@@ -27,7 +27,8 @@ import torch
 
 from .. import backend
 from . import library  # noqa: F401  (defines the schemas)
-from .options import bound_codes, check_tensor, order_codes, per_dim, positive_floats
+from .options import (bound_codes, check_tensor, document, order_codes, per_dim,
+                      positive_floats)
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "resize"
@@ -161,23 +162,50 @@ def _run(op, image, shape, scale, shift, order, bound, prefilter):
 
 
 # ----------------------------------------------------------------------------- public API
+@document
 def resize(image, factor=None, shape=None, anchor="c", interpolation=1, prefilter=True,
            bound="dct2"):
-    """Resize the spatial dims of `image` [*batch, C, *spatial] by `factor` or to `shape`.
+    """Resize the spatial dims of an image by a factor or to a shape (spline interpolation).
 
     Parameters
     ----------
     image : tensor [*batch, C, *spatial]
-    factor : float or list[float], > 1 enlarges (smaller voxels)
-    shape : int or list[int], output spatial shape
-    anchor : {'c', 'e', 'f', 'l'} or list (see the module docstring)
-    interpolation : spline order 0..7 or name, or a list
-    prefilter : bool, interpolate (apply the spline prefilter first) for orders >= 2
-    bound : boundary condition, or a list (default 'dct2')
+        Floating point. D, the number of spatial dims, is the length of any list given for
+        `factor`, `shape`, `anchor`, `interpolation` or `bound`, else ``image.dim() - 2``.
+    factor : float or list[float], optional
+        Ratio of output to input voxels per dim (> 1 enlarges, i.e. smaller voxels).
+    shape : int or list[int], optional
+        Output spatial shape (default ``floor(n * factor)``). One of `factor` and `shape`
+        is needed.
+    anchor : {'c', 'e', 'f', 'l'} or list of them, default 'c'
+        What stays aligned: the centres of the corner voxels ('c'), their outer edges ('e',
+        as ``scipy.ndimage.zoom(grid_mode=True)`` and ``align_corners=False``), the first
+        voxel ('f') or the last one ('l'); the module docstring gives the formulas.
+    interpolation : int, str or InterpolationType, or a list of them, default 1
+        <interpolation>
+    prefilter : bool, default True
+        Apply the spline prefilter first, so that orders >= 2 interpolate the input.
+    bound : str or BoundType, or a list of them, default 'dct2'
+        <bound>
 
     Returns
     -------
-    tensor [*batch, C, *shape]
+    output : tensor [*batch, C, *shape]
+        With the dtype of `image`.
+
+    See Also
+    --------
+    restrict : its adjoint.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import resize
+    >>> x = torch.tensor([[[0., 1., 2., 3.]]])
+    >>> resize(x, shape=7)                          # corner centres aligned: steps of 1/2
+    tensor([[[0.0000, 0.5000, 1.0000, 1.5000, 2.0000, 2.5000, 3.0000]]])
+    >>> resize(x, factor=2, anchor='e', interpolation='nearest')
+    tensor([[[0., 0., 1., 1., 2., 2., 3., 3.]]])
     """
     dim = _spatial_dim(image, factor, shape, anchor, interpolation, bound)
     factors, shapes = _factors(factor, dim), _shapes(shape, dim)
@@ -193,16 +221,48 @@ def resize(image, factor=None, shape=None, anchor="c", interpolation=1, prefilte
                 order, bounds, prefilter)
 
 
+@document
 def restrict(image, factor=None, shape=None, anchor="c", interpolation=1, reduce_sum=False,
              bound="dct2"):
-    """Restrict `image` [*batch, C, *spatial] to a coarser grid: the adjoint of resize.
+    """Restrict an image to a coarser grid: the adjoint of resize.
 
-    With reduce_sum=True, ``restrict(y, factor=f, shape=m)`` is exactly the transpose of
+    With ``reduce_sum=True``, ``restrict(y, factor=f, shape=m)`` is exactly the transpose of
     ``resize(x, factor=f, shape=n, prefilter=False)`` mapping m voxels to n (same anchor,
-    interpolation and bound): <resize(x), y> == <x, restrict(y)>. Otherwise the result is
-    normalised (multiplied by the product of the per-dim scales) so that a constant image
-    stays about constant. `factor` > 1 shrinks: the default output shape is floor(n / f).
-    The multigrid restriction matching ``prolong`` is ``restrict(x, 2, anchor='e')``.
+    interpolation and bound): ``<resize(x), y> == <x, restrict(y)>``. Otherwise the result
+    is normalised (multiplied by the product of the per-dim scales) so that a constant image
+    stays about constant. The multigrid restriction matching ``prolong`` is
+    ``restrict(x, 2, anchor='e')``.
+
+    Parameters
+    ----------
+    image : tensor [*batch, C, *spatial]
+        Floating point; D as in resize.
+    factor : float or list[float], optional
+        Ratio of input to output voxels per dim (> 1 shrinks). The default output shape is
+        ``floor(n / factor)``.
+    shape : int or list[int], optional
+        Output spatial shape. One of `factor` and `shape` is needed.
+    anchor : {'c', 'e', 'f', 'l'} or list of them, default 'c'
+        As in resize.
+    interpolation : int, str or InterpolationType, or a list of them, default 1
+        <interpolation>
+    reduce_sum : bool, default False
+        Return the plain transpose (a sum) instead of the normalised one (a mean).
+    bound : str or BoundType, or a list of them, default 'dct2'
+        <bound>
+
+    Returns
+    -------
+    output : tensor [*batch, C, *shape]
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import restrict
+    >>> restrict(torch.tensor([[[1., 3., 5., 7.]]]), factor=2, anchor='e')
+    tensor([[[2.2500, 5.7500]]])
+    >>> restrict(torch.ones(1, 1, 8), factor=2, anchor='e', reduce_sum=True)
+    tensor([[[2., 2., 2., 2.]]])
     """
     dim = _spatial_dim(image, factor, shape, anchor, interpolation, bound)
     factors, shapes = _factors(factor, dim), _shapes(shape, dim)
@@ -225,11 +285,33 @@ def restrict(image, factor=None, shape=None, anchor="c", interpolation=1, reduce
     return out
 
 
+@document
 def prolong(image, factor=2, shape=None, bound="dct2"):
     """Multigrid prolongation: quadratic B-spline, edge-aligned, no prefilter (smoothing).
 
-    ``image`` [*batch, C, *spatial] -> [*batch, C, *shape] (default floor(n * factor)). Its
-    restriction partner is ``restrict(x, factor, anchor='e')`` (linear, averaging).
+    Its restriction partner is ``restrict(x, factor, anchor='e')`` (linear, averaging).
+
+    Parameters
+    ----------
+    image : tensor [*batch, C, *spatial]
+        Floating point; D as in resize.
+    factor : float or list[float], default 2
+        Ratio of output to input voxels per dim.
+    shape : int or list[int], optional
+        Output spatial shape (default ``floor(n * factor)``).
+    bound : str or BoundType, or a list of them, default 'dct2'
+        <bound>
+
+    Returns
+    -------
+    output : tensor [*batch, C, *shape]
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import prolong
+    >>> prolong(torch.ones(1, 1, 3))                # a constant stays constant
+    tensor([[[1., 1., 1., 1., 1., 1.]]])
     """
     return resize(image, factor=factor, shape=shape, anchor="e", interpolation=2,
                   prefilter=False, bound=bound)
@@ -237,12 +319,33 @@ def prolong(image, factor=2, shape=None, bound="dct2"):
 
 def resize_grid(grid, factor=None, shape=None, anchor="c", interpolation=1, prefilter=True,
                 bound="dct2", type="displacement"):
-    """Resize a displacement field (or a transformation grid) `grid` [*batch, *spatial, D].
+    """Resize a displacement field (or a transformation grid) and rescale its vectors.
 
     The field is resized like an image (its D components as channels) and each component is
     rescaled to the voxel size of the output: component d is divided by the scale of dim d
-    (input voxels per output voxel). type='grid' takes absolute voxel coordinates: the
-    identity is removed before and the output identity added after.
+    (input voxels per output voxel).
+
+    Parameters
+    ----------
+    grid : tensor [*batch, *spatial, D]
+        Displacements in voxels, or voxel coordinates when ``type='grid'``.
+    factor, shape, anchor, interpolation, prefilter, bound
+        As in resize (the default bound is 'dct2').
+    type : {'displacement', 'grid'}, default 'displacement'
+        'grid' takes absolute voxel coordinates: the identity is removed before resizing and
+        the output identity added after.
+
+    Returns
+    -------
+    output : tensor [*batch, *shape, D]
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import resize_grid
+    >>> disp = torch.ones(4, 1)                     # one voxel to the right, 4 voxels
+    >>> resize_grid(disp, factor=2, anchor='e').flatten()   # two half-size voxels
+    tensor([2., 2., 2., 2., 2., 2., 2., 2.])
     """
     check_tensor(grid, "grid")
     if grid.dim() < 2:

@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from ..codes import BoundType
 from ..torch_impl import regsolve as _twin
 from . import regularisers as _reg
 from .options import BOUND_NAMES
@@ -138,7 +139,8 @@ def _dense_inverse(system, b):
 
 
 def _coarsen(t, shape, bound):
-    return _restrict(t, shape=shape, anchor="e", bound=bound)
+    # `bound` holds kernel codes; the public restrict / prolong take BoundType members
+    return _restrict(t, shape=shape, anchor="e", bound=[BoundType(b) for b in bound])
 
 
 class _Level:
@@ -195,7 +197,7 @@ def fmg(problem, g, system0, optim, nb_cycles, nb_iter):
         levels.append(_Level(shape, vs, sys, gc))
 
     def up(x, fine, coarse):
-        x = _prolong(x, shape=fine.shape, bound=bound)
+        x = _prolong(x, shape=fine.shape, bound=[BoundType(b) for b in bound])
         if problem.grid:
             x = _scale_channels(x, [n / m for n, m in zip(fine.shape, coarse.shape)])
         return x

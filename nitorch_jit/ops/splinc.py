@@ -11,7 +11,7 @@ import torch
 
 from .. import backend
 from . import library  # noqa: F401  (defines the schemas)
-from .options import bound_codes, check_tensor, order_codes
+from .options import bound_codes, check_tensor, document, order_codes
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "splinc"
@@ -93,21 +93,39 @@ def _check_inplace(inplace):
 
 
 # ----------------------------------------------------------------------------- public API
+@document
 def spline_coeff(input, interpolation="linear", bound="dct2", dim=-1, inplace=False):
-    """Interpolating B-spline coefficients of `input` along one dimension.
+    """Interpolating B-spline coefficients of a tensor along one dimension.
+
+    Pulling the coefficients with the same order and bound at integer coordinates gives
+    back `input`. Filters exactly (Unser 1993) for the bounds dct1, dct2, dst1, dst2 and
+    dft; zero is filtered as dct1 and replicate as dct2, as NITorch does.
 
     Parameters
     ----------
-    input : tensor (float32, float64, or half types computed in float32)
-    interpolation : int or str, spline order 0..7 or its name ('linear', 'cubic', ...)
-    bound : int or str, boundary condition ('dct2'/'reflect', 'dct1'/'mirror',
-        'dft'/'wrap', 'dst1', 'dst2'; 'zero' is filtered as dct1, 'replicate' as dct2)
-    dim : int, the dimension to filter (negative counts from the end)
-    inplace : bool, write the coefficients into `input`
+    input : tensor
+        float32, float64, or float16 / bfloat16 (computed in float32).
+    interpolation : int, str or InterpolationType, default 'linear'
+        <interpolation>
+    bound : str or BoundType, default 'dct2'
+        <bound>
+    dim : int, default -1
+        The dimension to filter (negative counts from the end).
+    inplace : bool, default False
+        Write the coefficients into `input`.
 
     Returns
     -------
-    tensor, same shape and dtype as `input` (``input`` itself when inplace)
+    coeff : tensor
+        Same shape and dtype as `input` (``input`` itself when `inplace`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import spline_coeff
+    >>> x = torch.tensor([0., 1., 4., 9., 16.], dtype=torch.float64)
+    >>> spline_coeff(x, 'cubic', 'reflect')  # scipy.ndimage.spline_filter1d(x, 3, mode='reflect')
+    tensor([-0.1148,  0.5742,  3.8182,  8.1531, 17.5694], dtype=torch.float64)
     """
     _check(input)
     _check_inplace(inplace)
@@ -121,20 +139,39 @@ def spline_coeff(input, interpolation="linear", bound="dct2", dim=-1, inplace=Fa
     return _run(input, order, bounds, [dim], False, inplace)
 
 
+@document
 def spline_coeff_nd(input, interpolation="linear", bound="dct2", dim=None, inplace=False):
-    """Interpolating B-spline coefficients of `input` along its last `dim` dimensions.
+    """Interpolating B-spline coefficients of a tensor along its last `dim` dimensions.
+
+    The separable product of spline_coeff along each dim.
 
     Parameters
     ----------
     input : tensor [..., *spatial]
-    interpolation : int or str, or a list of them (one per spatial dim; the last is repeated)
-    bound : int or str, or a list of them (one per spatial dim; the last is repeated)
-    dim : int, number of spatial dims (default: all dims of `input`)
-    inplace : bool, write the coefficients into `input`
+        float32, float64, or float16 / bfloat16 (computed in float32).
+    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
+        <interpolation>
+    bound : str or BoundType, or a list of them, default 'dct2'
+        <bound>
+    dim : int, optional
+        Number of spatial dims, the last ones (default: all dims of `input`).
+    inplace : bool, default False
+        Write the coefficients into `input`.
 
     Returns
     -------
-    tensor, same shape and dtype as `input` (``input`` itself when inplace)
+    coeff : tensor
+        Same shape and dtype as `input` (``input`` itself when `inplace`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import grid_pull, identity_grid, spline_coeff_nd
+    >>> x = torch.rand(1, 1, 5, 6, dtype=torch.float64)
+    >>> c = spline_coeff_nd(x, 'fifth', 'dft', dim=2)
+    >>> y = grid_pull(c, identity_grid([5, 6], torch.float64), 'fifth', 'dft')
+    >>> torch.allclose(x, y)
+    True
     """
     _check(input)
     _check_inplace(inplace)

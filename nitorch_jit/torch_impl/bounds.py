@@ -1,6 +1,6 @@
 """Boundary conditions: fold an integer tap index into the volume (docs/pushpull-spec.md).
 
-Codes: 0 replicate, 1 dct1, 2 dct2, 3 dst1, 4 dst2, 5 dft, 6 zero. ``fold(i, n, bound)``
+Codes: those of nitorch_jit.codes (0 replicate ... 5 dft, 6 zero). ``fold(i, n, bound)``
 maps an int64 tensor of indices ``i`` on a dim of size ``n`` to ``(j, s)``: ``j`` an int64
 tensor of in-range indices (always a valid index, also where ``s == 0``), and ``s`` the sign
 in {-1, 0, +1}, returned as None where the bound never changes the sign (replicate, dct1,
@@ -9,12 +9,7 @@ dct2, dft), else as an int64 tensor. All remainders are the non-negative ones
 """
 import torch
 
-REPLICATE, DCT1, DCT2, DST1, DST2, DFT, ZERO = range(7)
-
-BOUND_NAMES = {
-    REPLICATE: "replicate", DCT1: "dct1", DCT2: "dct2", DST1: "dst1", DST2: "dst2",
-    DFT: "dft", ZERO: "zero",
-}
+from ..codes import DCT1, DCT2, DFT, DST1, DST2, REPLICATE, ZERO
 
 
 def fold(i, n, bound):

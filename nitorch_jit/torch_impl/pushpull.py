@@ -337,42 +337,55 @@ def _affine_chunks(shape, max_points=1 << 20):
     return [(s, min(s + rows, shape[0])) for s in range(0, shape[0], rows)]
 
 
-def affine_pull(input, affine, shape, order, bound, extrapolate):
-    """grid_pull at affine_coords(affine, shape), a chunk of the first output dim at a time."""
-    shape = [int(n) for n in shape]
-    if any(n == 0 for n in shape) or input.shape[1] == 0:
-        return input.new_zeros([input.shape[0], input.shape[1], *shape])
-    return torch.cat([grid_pull(input, affine_coords(affine, shape, s, e), order, bound,
-                                extrapolate) for s, e in _affine_chunks(shape)], dim=2)
+def affine_kernels(pull, push, grad_dot):
+    """The affine ops built on grid kernels (grid_pull, grid_push, grid_grad_dot of the pushpull
+    schemas): the grid of a chunk of the first output dim at a time, so memory stays bounded.
+    Serves this twin and any backend that has only the grid ops."""
 
+    def affine_pull(input, affine, shape, order, bound, extrapolate):
+        """pull at affine_coords(affine, shape), chunk by chunk."""
+        shape = [int(n) for n in shape]
+        if any(n == 0 for n in shape) or input.shape[1] == 0:
+            return input.new_zeros([input.shape[0], input.shape[1], *shape])
+        return torch.cat([pull(input, affine_coords(affine, shape, s, e), order, bound,
+                               extrapolate) for s, e in _affine_chunks(shape)], dim=2)
 
-def affine_push(input, affine, shape, order, bound, extrapolate):
-    """Adjoint of affine_pull: grid_push at affine_coords, accumulated over chunks."""
-    pts = list(input.shape[2:])
-    out = input.new_zeros([input.shape[0], input.shape[1], *[int(n) for n in shape]])
-    if out.numel() == 0 or any(n == 0 for n in pts):
+    def affine_push(input, affine, shape, order, bound, extrapolate):
+        """Adjoint of affine_pull: push at affine_coords, accumulated over chunks."""
+        pts = list(input.shape[2:])
+        out = input.new_zeros([input.shape[0], input.shape[1], *[int(n) for n in shape]])
+        if out.numel() == 0 or any(n == 0 for n in pts):
+            return out
+        for s, e in _affine_chunks(pts):
+            out = out + push(input[:, :, s:e], affine_coords(affine, pts, s, e), shape, order,
+                             bound, extrapolate)
         return out
-    for s, e in _affine_chunks(pts):
-        out = out + grid_push(input[:, :, s:e], affine_coords(affine, pts, s, e), shape, order,
-                              bound, extrapolate)
-    return out
 
-
-def affine_grad_dot(weight, input, affine, order, bound, extrapolate):
-    """d<weight, affine_pull(input)>/d affine: sum over output voxels i of g(i) (x) (i, 1)."""
-    pts = list(weight.shape[2:])
-    D = len(pts)
-    out = affine.new_zeros([affine.shape[0], D, D + 1])
-    if any(n == 0 for n in pts) or any(n == 0 for n in input.shape[2:]) or input.shape[1] == 0:
+    def affine_grad_dot(weight, input, affine, order, bound, extrapolate):
+        """d<weight, affine_pull(input)>/d affine: sum over output voxels i of g(i) (x) (i, 1)."""
+        pts = list(weight.shape[2:])
+        D = len(pts)
+        out = affine.new_zeros([affine.shape[0], D, D + 1])
+        if any(n == 0 for n in pts) or any(n == 0 for n in input.shape[2:]) \
+                or input.shape[1] == 0:
+            return out
+        eye = torch.eye(D, D + 1, dtype=affine.dtype, device=affine.device)[None]
+        for s, e in _affine_chunks(pts):
+            g = grad_dot(weight[:, :, s:e], input, affine_coords(affine, pts, s, e), order,
+                         bound, extrapolate)  # [B, *chunk, D]
+            idx = affine_coords(eye, pts, s, e)  # the voxel indices [1, *chunk, D]
+            hom = torch.cat([idx, idx.new_ones(idx.shape[:-1] + (1,))], -1)
+            out = out + torch.einsum("b...d,b...j->bdj", g, hom.expand(g.shape[:-1] + (D + 1,)))
         return out
-    for s, e in _affine_chunks(pts):
-        g = grid_grad_dot(weight[:, :, s:e], input, affine_coords(affine, pts, s, e), order,
-                          bound, extrapolate)  # [B, *chunk, D]
-        idx = affine_coords(torch.eye(D, D + 1, dtype=affine.dtype, device=affine.device)
-                            .expand(1, D, D + 1), pts, s, e)  # the voxel indices, [1, *chunk, D]
-        hom = torch.cat([idx, idx.new_ones(idx.shape[:-1] + (1,))], -1)
-        out = out + torch.einsum("b...d,b...j->bdj", g, hom.expand(g.shape[:-1] + (D + 1,)))
-    return out
+
+    return {"affine_pull": affine_pull, "affine_push": affine_push,
+            "affine_grad_dot": affine_grad_dot}
+
+
+_AFFINE = affine_kernels(grid_pull, grid_push, grid_grad_dot)
+affine_pull = _AFFINE["affine_pull"]
+affine_push = _AFFINE["affine_push"]
+affine_grad_dot = _AFFINE["affine_grad_dot"]
 
 
 KERNELS = {

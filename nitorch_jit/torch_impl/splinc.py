@@ -14,8 +14,8 @@ period is shorter than the decay horizon of z, and truncated at that horizon oth
 The plan (poles, gain, the (index, weight) lists of both initialisations) is computed here
 exactly as in csrc/include/nitorch_jit/splinc.h, so that C and TORCH agree to rounding.
 
-Bound codes (docs/pushpull-spec.md): 0 replicate, 1 dct1, 2 dct2, 3 dst1, 4 dst2, 5 dft,
-6 zero. As in NITorch, zero is filtered as dct1 and replicate as dct2.
+Bound codes: those of nitorch_jit.codes (docs/pushpull-spec.md). As in NITorch, zero is
+filtered as dct1 and replicate as dct2.
 
 The filter is symmetric for dct2, dst1, dst2 and dft. For dct1 the interpolation matrix is
 B = S W with S symmetric and W = diag(1/2, 1, ..., 1, 1/2), so the adjoint of B^-1 is
@@ -24,6 +24,8 @@ W B^-1 W^-1: scale both end samples by 2, filter, scale both end samples by 1/2.
 import math
 
 import torch
+
+from ..codes import DCT1, DCT2, DFT, DST1, DST2, REPLICATE, ZERO
 
 # poles of the sampled centred B-spline of order n, largest magnitude first
 _POLES = {
@@ -37,7 +39,6 @@ _POLES = {
     7: (-0.53528043079643816554, -0.12255461519232669052, -0.0091486948096082769286),
 }
 
-REPLICATE, DCT1, DCT2, DST1, DST2, DFT, ZERO = range(7)
 MAX_INIT = 128           # capacity of one initialisation list (same as the C header)
 
 

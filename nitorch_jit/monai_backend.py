@@ -1,0 +1,317 @@
+"""The MONAI backend: the spline-resampling ops served by MONAI's compiled routines (monai._C).
+
+MONAI's ``monai._C`` extension holds a port of NITorch's pull / push / count / grad kernels. It
+exists only when MONAI is built from its sources with ``BUILD_MONAI=1``: the wheels and source
+distributions on PyPI carry no compiled code. With ``NI_COMPILED_BACKEND=MONAI`` (or as the
+fallback when our own kernels cannot be compiled) the seven ``torch.ops.nitorch_jit`` ops of the
+``pushpull`` module are registered here as thin wrappers around ``monai._C``; every other
+module keeps our kernels, since MONAI has no equivalent of them.
+
+How our integer codes map onto MONAI's: orders agree (0 nearest ... 7 seventh); bounds agree
+for replicate 0 ... dft 5, but our ``zero`` is 6 and MONAI's is 7 (the C++ numbering, where 6
+is the unexported ``sliding``). ``monai._C`` takes its own enum objects, never integers, so
+each code is translated by name (``to_monai``).
+
+What MONAI's port cannot serve, refused with an error naming the option rather than computed
+wrong (read from its sources, confirmed by tests/test_monai_backend.py):
+
+- 3-D with a different order along dims 1 and 2: its generic kernel uses dim 1's order for
+  dim 2 (the NITorch bug it inherits).
+- second spline derivatives of orders 5 to 7 (it returns 0), i.e. the grid gradient of
+  ``grid_grad`` (and the second derivatives of pull / push) at those orders.
+- more than 1024 channels, except with nearest or linear interpolation in every dim (its
+  generic kernel keeps the channels in a fixed stack buffer).
+
+Known differences that need no refusal: at ``extrapolate=False`` a point exactly at
+``n - 1 + 0.05`` is outside for MONAI and inside for us; nearest interpolation rounds half
+away from zero (we round half up), which differs only at negative half-integer coordinates;
+a NaN coordinate contributes nothing with our kernels and is undefined with MONAI's.
+"""
+import importlib
+import threading
+
+import torch
+
+from .backend import BackendError
+from .ops.library import MODULES
+from .ops.options import BOUND_NAMES
+
+SERVED = ("pushpull",)  # the modules of ours that MONAI's routines can serve
+
+MAX_CHANNELS = 1024  # MONAI_MAX_NUM_CHANNELS of its generic kernel
+
+BUILD_HINT = (
+    "MONAI's compiled routines exist only when MONAI is built from its sources with "
+    "BUILD_MONAI=1, e.g. `BUILD_MONAI=1 pip install --no-build-isolation "
+    "git+https://github.com/Project-MONAI/MONAI` or, in a MONAI checkout, `BUILD_MONAI=1 "
+    "python setup.py develop` (PyPI's monai wheels and source distributions contain no "
+    "compiled code, so `BUILD_MONAI=1 pip install monai` does not build it). From a source "
+    "checkout of nitorch_jit, scripts/build_monai.sh builds monai._C from MONAI's csrc folder "
+    "into an installed monai.")
+
+_LOCK = threading.Lock()
+_LIBS = {}  # device type -> torch.library.Library("nitorch_jit", "IMPL") holding our wrappers
+
+
+class MonaiUnavailable(BackendError):
+    """MONAI, or its compiled routines, cannot be used in this environment."""
+
+
+def load():
+    """Import and return ``monai._C``; raise MonaiUnavailable saying why it cannot be used.
+
+    Returns
+    -------
+    module
+        MONAI's compiled extension.
+
+    Examples
+    --------
+    >>> from nitorch_jit import monai_backend
+    >>> try:
+    ...     C = monai_backend.load()
+    ... except monai_backend.MonaiUnavailable as err:
+    ...     ok = "BUILD_MONAI=1" in str(err)  # the message says how to build it
+    ... else:
+    ...     ok = int(C.BoundType.zero) == 7
+    >>> ok
+    True
+    """
+    try:
+        monai = importlib.import_module("monai")
+    except ImportError as err:
+        raise MonaiUnavailable(
+            f"MONAI is not installed ({err}). `pip install monai` installs its Python code; "
+            + BUILD_HINT) from err
+    except Exception as err:  # a broken install must not break the fallback to TORCH
+        raise MonaiUnavailable(f"importing monai failed ({type(err).__name__}: {err})") from err
+    try:
+        return importlib.import_module("monai._C")
+    except ImportError as err:
+        if "No module named" in str(err):
+            raise MonaiUnavailable(
+                f"MONAI {getattr(monai, '__version__', '?')} is installed "
+                f"({getattr(monai, '__file__', '?')}) but without its compiled routines "
+                f"(monai._C). " + BUILD_HINT) from err
+        # present but unloadable, typically built against another torch
+        raise MonaiUnavailable(
+            f"monai._C is present but cannot be loaded ({err}); rebuild it against this torch "
+            f"({torch.__version__}) with BUILD_MONAI=1. " + BUILD_HINT) from err
+
+
+def to_monai(C, order, bound):
+    """Our per-dim order and bound codes -> lists of MONAI's enum objects.
+
+    Parameters
+    ----------
+    C : module
+        ``monai._C`` (from `load`).
+    order : list of int
+        Spline orders 0..7, one per spatial dim.
+    bound : list of int
+        Our bound codes (nitorch_jit.ops.options: replicate 0 ... dft 5, zero 6).
+
+    Returns
+    -------
+    bounds, orders : list, list
+        ``C.BoundType`` and ``C.InterpolationType`` members, in the order ``monai._C`` takes them.
+
+    Examples
+    --------
+    >>> from nitorch_jit import monai_backend
+    >>> try:
+    ...     C = monai_backend.load()
+    ... except monai_backend.MonaiUnavailable:
+    ...     codes = [2, 7]  # what MONAI's enums say, when it is built
+    ... else:
+    ...     bounds, orders = monai_backend.to_monai(C, [3, 1], [2, 6])
+    ...     codes = [int(b) for b in bounds]
+    >>> codes  # our dct2 (2) and zero (6)
+    [2, 7]
+    """
+    # bounds by name (MONAI's integers differ from ours), orders by value (they agree)
+    return ([C.BoundType.__members__[BOUND_NAMES[b]] for b in bound],
+            [C.InterpolationType(o) for o in order])
+
+
+def check_options(op, channels, order):
+    """Raise BackendError when MONAI's port would compute `op` wrong with these options.
+
+    Parameters
+    ----------
+    op : str
+        The ``torch.ops.nitorch_jit`` op name.
+    channels : int
+        Number of channels of the image.
+    order : list of int
+        Spline orders, one per spatial dim.
+
+    Examples
+    --------
+    >>> from nitorch_jit import monai_backend
+    >>> monai_backend.check_options("grid_pull", 1, [3, 3, 3])
+    >>> try:
+    ...     monai_backend.check_options("grid_pull", 1, [3, 1, 3])
+    ... except monai_backend.BackendError as err:
+    ...     print("interpolation" in str(err))
+    True
+    """
+    where = "NI_COMPILED_BACKEND=MONAI"
+    if len(order) == 3 and order[2] != order[1]:
+        raise BackendError(
+            f"interpolation={list(order)}: MONAI's compiled routines use the order of dim 1 for "
+            f"dim 2 in 3-D (a bug of the NITorch port), so dims 1 and 2 need the same order "
+            f"with {where}; our C or TORCH backend serves any orders")
+    if op == "grid_hess_dot" and max(order) >= 5:
+        raise BackendError(
+            f"interpolation={list(order)}: MONAI's compiled routines have no second spline "
+            f"derivatives for orders 5 to 7 (they return 0), which the grid gradient of "
+            f"grid_grad (and second derivatives of grid_pull / grid_push) need; use orders "
+            f"0 to 4 with {where}, or our C or TORCH backend")
+    if channels > MAX_CHANNELS and not (len(set(order)) == 1 and order[0] <= 1):
+        raise BackendError(
+            f"input has {channels} channels: MONAI's compiled routines take at most "
+            f"{MAX_CHANNELS} except with nearest or linear interpolation in every dim; split "
+            f"the channels, or use our C or TORCH backend")
+
+
+def _flags(x, needs_grad):
+    # MONAI's backward routines compute the gradient of each tensor that requires one
+    return x.detach().requires_grad_(needs_grad)
+
+
+def _kernels(C):
+    def opts(order, bound, extrapolate):
+        b, o = to_monai(C, order, bound)
+        return b, o, bool(extrapolate)
+
+    def pull(input, grid, order, bound, extrapolate):
+        check_options("grid_pull", input.shape[1], order)
+        return C.grid_pull(input, grid, *opts(order, bound, extrapolate))
+
+    def push(input, grid, shape, order, bound, extrapolate):
+        check_options("grid_push", input.shape[1], order)
+        return C.grid_push(input, grid, list(shape), *opts(order, bound, extrapolate))
+
+    def grad(input, grid, order, bound, extrapolate):
+        check_options("grid_grad", input.shape[1], order)
+        return C.grid_grad(input, grid, *opts(order, bound, extrapolate))
+
+    def pushgrad(input, grid, shape, order, bound, extrapolate):
+        # the image gradient of grid_grad; MONAI reads only the shape of the image it is given
+        check_options("grid_pushgrad", input.shape[1], order)
+        image = input.new_zeros(()).expand([input.shape[0], input.shape[1], *shape])
+        out, = C.grid_grad_backward(input, _flags(image, True), _flags(grid, False),
+                                    *opts(order, bound, extrapolate))
+        return out
+
+    def grad_dot(weight, input, grid, order, bound, extrapolate):
+        # the grid gradient of grid_pull with incoming gradient `weight`
+        check_options("grid_grad_dot", input.shape[1], order)
+        out, = C.grid_pull_backward(weight, _flags(input, False), _flags(grid, True),
+                                    *opts(order, bound, extrapolate))
+        return out
+
+    def hess_dot(weight, input, grid, order, bound, extrapolate):
+        # the grid gradient of grid_grad with incoming gradient `weight`
+        check_options("grid_hess_dot", input.shape[1], order)
+        out, = C.grid_grad_backward(weight, _flags(input, False), _flags(grid, True),
+                                    *opts(order, bound, extrapolate))
+        return out
+
+    def pull_backward(grad, input, grid, order, bound, extrapolate):
+        check_options("grid_pull_backward", input.shape[1], order)
+        gi, gg = C.grid_pull_backward(grad, _flags(input, True), _flags(grid, True),
+                                      *opts(order, bound, extrapolate))
+        return gi, gg
+
+    from .torch_impl.pushpull import affine_kernels  # affine ops: MONAI's grid ops by chunks
+    return {"grid_pull": pull, "grid_push": push, "grid_grad": grad, "grid_pushgrad": pushgrad,
+            "grid_grad_dot": grad_dot, "grid_hess_dot": hess_dot,
+            "grid_pull_backward": pull_backward, **affine_kernels(pull, push, grad_dot)}
+
+
+def register(module, device_type):
+    """Register MONAI's routines as the kernels of `module`'s ops on `device_type`.
+
+    Parameters
+    ----------
+    module : str
+        One of `SERVED`.
+    device_type : {'cpu', 'cuda'}
+
+    Returns
+    -------
+    str
+        Where the routines come from (for ``NI_SHOW_COMPILED_BACKEND`` and ``nitorch-jit info``).
+
+    Raises
+    ------
+    MonaiUnavailable
+        MONAI or ``monai._C`` is missing or unusable (the message says how to build it).
+    BackendError
+        `module` has no MONAI equivalent, or ``monai._C`` was built without CUDA.
+
+    Examples
+    --------
+    >>> from nitorch_jit import monai_backend
+    >>> try:
+    ...     monai_backend.register("resize", "cpu")
+    ... except monai_backend.BackendError as err:
+    ...     print("no MONAI equivalent" in str(err))
+    True
+    """
+    if module not in SERVED:
+        raise BackendError(f"module {module!r} has no MONAI equivalent; MONAI serves "
+                           f"{', '.join(SERVED)}")
+    key = {"cpu": "CPU", "cuda": "CUDA"}.get(device_type)
+    if key is None:
+        raise BackendError(f"MONAI's compiled routines have no kernels for device type "
+                           f"{device_type!r}")
+    C = load()
+    if device_type == "cuda":
+        _probe_cuda(C)
+    with _LOCK:
+        if device_type not in _LIBS:
+            lib = torch.library.Library("nitorch_jit", "IMPL")
+            kernels = _kernels(C)
+            for op in MODULES[module]:
+                lib.impl(op, kernels[op], key)
+            _LIBS[device_type] = lib
+    return f"MONAI's compiled routines, {C.__file__}"
+
+
+def _probe_cuda(C):
+    """A one-point pull on the GPU: monai._C built without CUDA says so only when called."""
+    x = torch.zeros(1, 1, 2, device="cuda")
+    b, o = to_monai(C, [1], [0])
+    try:
+        C.grid_pull(x, x.new_zeros(1, 1, 1), b, o, False)
+    except RuntimeError as err:
+        raise BackendError(f"monai._C cannot run on CUDA ({err}); build it with CUDA "
+                           f"(BUILD_MONAI=1 FORCE_CUDA=1)") from err
+
+
+def describe():
+    """Whether MONAI's compiled routines load here, and one line saying what was found.
+
+    Used by ``nitorch-jit info``; imports MONAI but runs nothing.
+
+    Returns
+    -------
+    available : bool
+    line : str
+
+    Examples
+    --------
+    >>> from nitorch_jit import monai_backend
+    >>> available, line = monai_backend.describe()
+    >>> ("BUILD_MONAI=1" in line) != available
+    True
+    """
+    try:
+        C = load()
+    except MonaiUnavailable as err:
+        return False, str(err)
+    monai = importlib.import_module("monai")
+    return True, f"MONAI {getattr(monai, '__version__', '?')}, compiled routines {C.__file__}"

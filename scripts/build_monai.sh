@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Build MONAI's compiled extension (monai._C) from its C++ sources, the way MONAI's setup.py
+# does with BUILD_MONAI=1, and install it into the monai package of the active Python.
+# Used to check nitorch_jit's MONAI backend against the real thing (tests/test_monai_backend.py).
+#
+# MONAI's sources are a peer, not part of nitorch_jit: they are read from MONAI_CSRC and built
+# into BUILD_DIR, both outside this repository.
+#
+# Usage: scripts/build_monai.sh [MONAI_CSRC] [BUILD_DIR]
+#   MONAI_CSRC  MONAI's monai/csrc folder (default /work/shared/third_party/monai-csrc)
+#   BUILD_DIR   where the build happens (default /work/monai_build)
+# Needs: an installed `monai` (pip install --no-deps monai, same generation as the sources),
+# torch, a C++ compiler and ninja. CPU only (MONAI's .cu files are not compiled).
+set -euo pipefail
+MONAI_CSRC=$(realpath "${1:-/work/shared/third_party/monai-csrc}")
+BUILD_DIR=$(realpath -m "${2:-/work/monai_build}")
+test -f "$MONAI_CSRC/ext.cpp" || { echo "no ext.cpp in $MONAI_CSRC: not MONAI's csrc folder" >&2; exit 2; }
+mkdir -p "$BUILD_DIR"
+start=$(date +%s)
+MONAI_CSRC="$MONAI_CSRC" BUILD_DIR="$BUILD_DIR" python - <<'PY'
+import glob, os, shutil, sys, sysconfig
+import torch
+from torch.utils import cpp_extension
+
+csrc, build = os.environ["MONAI_CSRC"], os.environ["BUILD_DIR"]
+try:
+    import monai
+except ImportError:
+    sys.exit("install MONAI's Python package first: pip install --no-deps monai")
+major, minor, patch = (int("".join(c for c in p if c.isdigit()) or 0)
+                       for p in torch.__version__.split("+")[0].split(".")[:3])
+# what MONAI's setup.py passes: every .cpp, csrc on the include path, its torch-version define,
+# the define naming ATen's parallel backend (its resampling code refuses to compile without
+# one) and -fopenmp when torch uses OpenMP
+sources = sorted(glob.glob(os.path.join(csrc, "**", "*.cpp"), recursive=True))
+cflags = [f"-DMONAI_TORCH_VERSION={major * 10000 + minor * 100 + patch}"]
+ldflags = []
+info = torch._C._parallel_info()
+if "OpenMP" in info:
+    cflags += ["-DAT_PARALLEL_OPENMP=1", "-fopenmp"]
+    ldflags.append("-fopenmp")
+elif "TBB" in info:
+    cflags.append("-DAT_PARALLEL_NATIVE_TBB=1")
+else:
+    cflags.append("-DAT_PARALLEL_NATIVE=1")
+print(f"building monai._C from {len(sources)} sources in {csrc} into {build}", flush=True)
+lib = cpp_extension.load(name="_C", sources=sources, extra_include_paths=[csrc],
+                         extra_cflags=["-O3"] + cflags, extra_ldflags=ldflags,
+                         build_directory=build, verbose=False)
+built = lib.__file__
+target = os.path.join(os.path.dirname(monai.__file__),
+                      "_C" + sysconfig.get_config_var("EXT_SUFFIX"))
+shutil.copy2(built, target)
+print(f"installed {built} as {target}")
+PY
+end=$(date +%s)
+python -c "import monai._C as C; print('import monai._C: ok,', C.BoundType.zero, '=', int(C.BoundType.zero))"
+echo "build time: $((end - start)) s; build folder size: $(du -sh "$BUILD_DIR" | cut -f1)"
