@@ -88,7 +88,7 @@ __attribute__((target("avx2,fma"))) inline __m256 coords8(const AffineRow<float>
                                  _mm256_setr_ps(0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f));
   __m256 ai = _mm256_mul_ps(_mm256_set1_ps(r.a[d]), i);
   asm("" : "+x"(ai));  // the product stays rounded: no contraction into an FMA (GCC's default)
-  return _mm256_add_ps(_mm256_add_ps(_mm256_set1_ps(r.r[d]), ai), _mm256_set1_ps(r.t[d]));
+  return _mm256_add_ps(_mm256_set1_ps(r.r[d]), ai);
 }
 
 template <int DIM>

@@ -198,9 +198,10 @@ inline Geom make_geom(const at::Tensor& grid, int64_t D, int64_t C, at::IntArray
 // Coordinate sources of the point loops. A source gives the row of points (along the innermost
 // point dim) that starts at pt; a row gives coord(d, l), coordinate d (0..D-1) of its point l.
 // GridCoords reads a grid tensor [B, *O, D]; AffineCoords computes the coordinates from a
-// matrix [B, D, D+1] (voxel to voxel), x_d = ((A[d,0] i_0 + A[d,1] i_1) + A[d,2] i_2) + A[d,3]
+// matrix [B, D, D+1] (voxel to voxel), x_d = ((A[d,D] + A[d,0] i_0) + A[d,1] i_1) + A[d,2] i_2
 // in this order, one rounding per operation, as nitorch_jit.affine_grid does (so that
-// affine_pull(x, A) == grid_pull(x, affine_grid(A)) bit for bit).
+// affine_pull(x, A) == grid_pull(x, affine_grid(A)) bit for bit) and as scipy.ndimage's
+// affine_transform does (offset first).
 template <typename T>
 struct GridRow {
   const T* gp;
@@ -219,11 +220,9 @@ struct GridCoords {
 
 template <typename T>
 struct AffineRow {
-  T r[3], a[3], t[3];  // per coordinate: the row's partial sum, the i_2 column, the offset
-  int64_t i2;          // innermost index of the row's first point
-  NJ_INLINE T coord(int d, int64_t l) const {
-    return (r[d] + a[d] * static_cast<T>(i2 + l)) + t[d];
-  }
+  T r[3], a[3];  // per coordinate: the row's partial sum (offset and outer terms), the i_2 column
+  int64_t i2;    // innermost index of the row's first point
+  NJ_INLINE T coord(int d, int64_t l) const { return r[d] + a[d] * static_cast<T>(i2 + l); }
 };
 
 template <typename T>
@@ -237,11 +236,10 @@ struct AffineCoords {
     const int f = 3 - D;
     for (int d = 0; d < D; ++d) {
       const T* md = m + d * mR;
-      T r = T(0);  // 0 + y == y: the first product is not rounded twice
+      T r = md[D * mC];
       for (int j = 0; j + 1 < D; ++j) r = r + md[j * mC] * static_cast<T>(pt.i[f + j]);
       w.r[d] = r;
       w.a[d] = md[(D - 1) * mC];
-      w.t[d] = md[D * mC];
     }
     w.i2 = pt.i[2];
     return w;

@@ -853,8 +853,8 @@ __device__ __forceinline__ void point_index(const Geo<I>& G, I p, I* i) {
   i[0] = r / G.pts[1];
 }
 
-// The coordinates of point p of batch b from the matrix: x_d = ((A[d,0] i_0 + A[d,1] i_1) +
-// A[d,2] i_2) + A[d,D] (d = k - first).
+// The coordinates of point p of batch b from the matrix: x_d = ((A[d,D] + A[d,0] i_0) +
+// A[d,1] i_1) + A[d,2] i_2 (d = k - first), offset first as on the CPU.
 template <typename A, typename I>
 __device__ __forceinline__ bool load_affine_point(const Geo<I>& G, I b, I p, int first, A* x) {
   I i[3];
@@ -867,11 +867,11 @@ __device__ __forceinline__ bool load_affine_point(const Geo<I>& G, I b, I p, int
     x[k] = A(0);
     if (k >= first) {
       const A* md = m + (k - first) * (D + 1);
-      A v = A(0);
+      A v = __ldg(md + D);
 #pragma unroll
       for (int j = 0; j < 2; ++j)
         if (j + 1 < D) v = add_rn(v, mul_rn(__ldg(md + j), static_cast<A>(i[first + j])));
-      v = add_rn(add_rn(v, mul_rn(__ldg(md + D - 1), static_cast<A>(i[2]))), __ldg(md + D));
+      v = add_rn(v, mul_rn(__ldg(md + D - 1), static_cast<A>(i[2])));
       ok = coord_rule(G, k, v) && ok;
       x[k] = v;
     }

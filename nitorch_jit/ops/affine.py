@@ -109,8 +109,8 @@ def affine_pull(input, affine, shape=None, interpolation="linear", bound="zero",
     Output voxel ``i`` (a multi-index into `shape`) takes the spline interpolation of `input`
     at ``affine @ (i, 1)``: the matrix maps *output* voxel indices to *input* voxel indices
     (a pull, like scipy's ``affine_transform``). The coordinates are computed inside the
-    kernels as ``x_d = ((A[d,0] i_0 + A[d,1] i_1) + A[d,2] i_2) + A[d,D]``, the rule of
-    :func:`affine_grid`, so the result equals
+    kernels as ``x_d = ((A[d,D] + A[d,0] i_0) + A[d,1] i_1) + A[d,2] i_2`` (the rule of
+    :func:`affine_grid`, and scipy.ndimage's summation order), so the result equals
     ``grid_pull(input, affine_grid(affine, shape), ...)`` with the same options, without the
     ``[*batch, *shape, D]`` grid in memory.
 

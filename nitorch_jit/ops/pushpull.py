@@ -490,7 +490,7 @@ def affine_grid(mat, shape):
     grid : tensor [*batch, *shape, D]
         ``grid[..., :] = mat[:D, :D] @ v + mat[:D, D]`` at each voxel ``v``; pass it to
         grid_pull to resample an image. Coordinate d is computed as
-        ``((mat[d,0] v_0 + mat[d,1] v_1) + mat[d,2] v_2) + mat[d,D]``, in this order with one
+        ``((mat[d,D] + mat[d,0] v_0) + mat[d,1] v_1) + mat[d,2] v_2``, in this order with one
         rounding per operation: the rule affine_pull follows in its kernels, so
         ``grid_pull(x, affine_grid(mat, shape))`` equals ``affine_pull(x, mat, shape)``.
 

@@ -308,8 +308,9 @@ def affine_coords(mat, shape, start=0, stop=None):
     in [start, stop): [*batch, stop - start, *shape[1:], D] from `mat` [*batch, D, D+1].
 
     The rule of every affine resampling here (affine_grid, affine_pull in C, CUDA and this
-    twin): x_d = ((A[d,0] i_0 + A[d,1] i_1) + A[d,2] i_2) + A[d,3], left to right, one rounding
-    per operation (no fused multiply-add), in mat's dtype.
+    twin): x_d = ((A[d,D] + A[d,0] i_0) + A[d,1] i_1) + A[d,2] i_2, left to right (the offset
+    first, as scipy.ndimage.affine_transform sums), one rounding per operation (no fused
+    multiply-add), in mat's dtype.
     """
     D = len(shape)
     stop = shape[0] if stop is None else stop
@@ -322,11 +323,10 @@ def affine_coords(mat, shape, start=0, stop=None):
         axes.append(i.to(mat.dtype).to(mat.device).view(*view))
     coords = []
     for d in range(D):
-        acc = None
+        acc = mat[..., d, D].reshape(batch + (1,) * D)
         for j in range(D):
-            term = mat[..., d, j].reshape(batch + (1,) * D) * axes[j]
-            acc = term if acc is None else acc + term
-        coords.append(acc + mat[..., d, D].reshape(batch + (1,) * D))
+            acc = acc + mat[..., d, j].reshape(batch + (1,) * D) * axes[j]
+        coords.append(acc)
     out = torch.stack(coords, -1)
     return out.expand(batch + (stop - start,) + tuple(shape[1:]) + (D,))
 
