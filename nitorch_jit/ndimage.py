@@ -464,10 +464,11 @@ def _pull_affine(x, matrix, offset, oshape, order, mode, cval, prefilter):
     if mode == "constant":  # cval outside [0, n-1]
         lo, hi = _inside_intervals(mat, off, oshape, x.shape[1:])
         m = oshape[-1]
-        if bool((lo > 0).any()) or bool((hi < m - 1).any()):
-            i = torch.arange(m)
+        if (lo > 0).any() or (hi < m - 1).any():
+            i = np.arange(m)
             bad = (i < lo[:, None]) | (i > hi[:, None])  # [rows, m]
-            out.view(out.shape[0], -1, m).masked_fill_(bad.to(out.device), cval)
+            out.view(out.shape[0], -1, m).masked_fill_(torch.from_numpy(bad).to(out.device),
+                                                        cval)
     return out
 
 
@@ -477,37 +478,37 @@ def _inside_intervals(mat, off, oshape, ishape):
     Rounding is monotone, so along the last output axis each coordinate is monotone and the
     inside voxels of a row (the outer indices fixed) form one interval. Returns (lo, hi), int64
     [rows] (rows = prod(oshape[:-1]); lo > hi: none inside): estimates from the exact line,
-    corrected by evaluating scipy's expression at the ends."""
+    corrected by evaluating scipy's expression at the ends. (NumPy: one thread, small arrays.)"""
     dim, m = len(oshape), int(oshape[-1])
-    mat = torch.from_numpy(np.ascontiguousarray(mat))
-    outer = [torch.arange(n, dtype=torch.float64) for n in oshape[:-1]]
     rows = int(np.prod(oshape[:-1], dtype=np.int64))
-    lo = torch.zeros(rows, dtype=torch.int64)
-    hi = torch.full((rows,), m - 1, dtype=torch.int64)
+    lo = np.zeros(rows, dtype=np.int64)
+    hi = np.full(rows, m - 1, dtype=np.int64)
     for d in range(dim):
-        base = torch.tensor(float(off[d]), dtype=torch.float64)
-        for j, o in enumerate(outer):
-            base = base + o.reshape((1,) * j + (-1,) + (1,) * (len(outer) - j - 1)) * mat[d, j]
-        base = base.expand(tuple(oshape[:-1])).reshape(rows)
+        base = np.float64(off[d])
+        for j, n in enumerate(oshape[:-1]):
+            o = np.arange(n, dtype=np.float64).reshape((1,) * j + (-1,) + (1,) * (dim - j - 2))
+            base = base + o * mat[d, j]
+        base = np.broadcast_to(base, tuple(oshape[:-1])).reshape(rows)
         s, top = float(mat[d, -1]), float(ishape[d] - 1)
 
         def inside(k):
-            c = base + k.to(torch.float64) * s
+            c = base + k.astype(np.float64) * s
             return (c >= 0) & (c <= top)
         if s == 0:
-            lo = torch.where(inside(lo), lo, torch.full_like(lo, m))
+            lo = np.where(inside(lo), lo, m)
             continue
-        ka, kb = (0 - base) / s, (top - base) / s
+        with np.errstate(over="ignore", invalid="ignore"):
+            ka, kb = (0 - base) / s, (top - base) / s
         first, last = (ka, kb) if s > 0 else (kb, ka)
-        klo = torch.ceil(first).clamp(-2, m + 1).to(torch.int64)
-        khi = torch.floor(last).clamp(-2, m + 1).to(torch.int64)
+        klo = np.clip(np.ceil(first), -2, m + 1).astype(np.int64)
+        khi = np.clip(np.floor(last), -2, m + 1).astype(np.int64)
         for _ in range(2):  # the estimates are at most a step off: move them onto the rule
-            klo = torch.where(inside(klo - 1), klo - 1, klo)
-            khi = torch.where(inside(khi + 1), khi + 1, khi)
+            klo = np.where(inside(klo - 1), klo - 1, klo)
+            khi = np.where(inside(khi + 1), khi + 1, khi)
         for _ in range(2):
-            klo = torch.where(~inside(klo) & (klo <= khi), klo + 1, klo)
-            khi = torch.where(~inside(khi) & (khi >= klo), khi - 1, khi)
-        lo, hi = torch.maximum(lo, klo), torch.minimum(hi, khi)
+            klo = np.where(~inside(klo) & (klo <= khi), klo + 1, klo)
+            khi = np.where(~inside(khi) & (khi >= klo), khi - 1, khi)
+        lo, hi = np.maximum(lo, klo), np.minimum(hi, khi)
     return lo, hi
 
 
