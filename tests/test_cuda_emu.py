@@ -223,55 +223,17 @@ def test_bad_input_raises(EMU):
 
 
 # ----------------------------------------------------------------------------- affine ops
-def _affine_case(D, B=2, C=2, seed=0, dtype=F64):
-    """input [B, C, *S], pushed values [B, C, *O], a matrix [B, D, D+1] whose points cover the
-    interior, the border and the outside of the source."""
-    gen = torch.Generator().manual_seed(seed)
-    S, O = K.SRC[:D], K.PTS[:D]
-    lin = 1.3 * torch.eye(D, dtype=F64) + 0.35 * torch.randn(B, D, D, generator=gen, dtype=F64)
-    A = torch.cat([lin, -1.7 + 0.6 * torch.randn(B, D, 1, generator=gen, dtype=F64)], -1)
-    x = torch.randn(B, C, *S, generator=gen, dtype=F64)
-    y = torch.randn(B, C, *O, generator=gen, dtype=F64)
-    return [t.to(dtype) for t in (x, y, A)] + [S, O]
-
-
-def _affine_calls(ops, x, y, A, S, O, order, bound, ex):
-    return [ops.affine_pull(x, A, O, order, bound, ex), ops.affine_push(y, A, S, order, bound, ex),
-            ops.affine_grad_dot(y, x, A, order, bound, ex)]
-
-
 @pytest.mark.parametrize("D", [1, 2, 3])
 @pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
 def test_affine_ops(EMU, C, D, dtype, tol, monkeypatch):
     """affine_pull / affine_push / affine_grad_dot (coordinates from the matrix in the kernel;
     the grad_dot reduction kernel) against the CPU kernels: fast and generic paths, every
     bound, extrapolate on and off, 32- and 64-bit offsets, a matrix shared by the batch."""
-    fails = []
-    for i, (order, bound) in enumerate(K.sweep(D, full=False)):
-        x, y, A, S, O = _affine_case(D, seed=i, dtype=dtype)
-        for ex in (False, True):
-            for index in ("32", "64"):
-                monkeypatch.setenv("NI_JIT_CUDA_INDEX", index)
-                for name, got, want in zip(("pull", "push", "grad_dot"),
-                                           _affine_calls(EMU, x, y, A, S, O, order, bound, ex),
-                                           _affine_calls(C, x, y, A, S, O, order, bound, ex)):
-                    msg = K.close(got, want, tol)
-                    if msg:
-                        fails.append(f"affine_{name} D={D} {order} {bound} ex={ex} "
-                                     f"i{index}: {msg}")
-    x, y, A, S, O = _affine_case(D, dtype=dtype)
-    shared = A[:1].expand(A.shape)
-    for got, want in zip(_affine_calls(EMU, x, y, shared, S, O, [3] * D, [2] * D, True),
-                         _affine_calls(C, x, y, shared.contiguous(), S, O, [3] * D, [2] * D,
-                                       True)):
-        msg = K.close(got, want, tol)
-        if msg:
-            fails.append(f"shared matrix: {msg}")
-    _check(fails)
+    _check(K.compare_affine(EMU, C, "cpu", D, dtype, tol, monkeypatch))
 
 
 def test_affine_bad_input_raises(EMU):
-    x, y, A, S, O = _affine_case(2)
+    x, y, A, S, O = K.affine_case(2)
     with pytest.raises(RuntimeError, match="affine must have shape"):
         EMU.affine_pull(x, A[:, :, :2], O, [1, 1], [0, 0], True)
     with pytest.raises(RuntimeError, match="dtype"):
