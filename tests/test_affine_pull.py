@@ -316,3 +316,21 @@ def test_ndimage_affine_transform_vs_scipy(dtype, order):
     ours = nn.rotate(x, 23, axes=(0, 2), order=order)
     ref = sn.rotate(x, 23, axes=(0, 2), order=order)
     assert np.abs(ours - ref).max() <= tol
+
+
+def test_torch_compile_fullgraph():
+    x = randn(1, 2, 6, 7)
+    A = matrix(2, seed=15)
+    f = torch.compile(lambda x, A: affine_pull(x, A, [5, 4], 3, "dct2", True), fullgraph=True)
+    assert torch.equal(f(x, A), affine_pull(x, A, [5, 4], 3, "dct2", True))
+
+
+def test_batch_broadcast():
+    """Batch dims of the input and the matrix broadcast: [3, 1] x [2] -> [3, 2]."""
+    x = randn(3, 1, 2, 6, 7)
+    A = matrix(2, (2,), seed=16)
+    y = affine_pull(x, A, [5, 4], 1, "dct1", True)
+    assert y.shape == (3, 2, 2, 5, 4)
+    for i in range(3):
+        for j in range(2):
+            assert torch.equal(y[i, j], affine_pull(x[i, 0], A[j], [5, 4], 1, "dct1", True))
