@@ -50,6 +50,8 @@ def load_emulation(namespace, modules, source, folders, build_name):
         build_directory=str(build),
         is_python_module=False,
     )
+    from nitorch_jit.ops import tuning
+    tuning.attach(build / f"nj_{build_name}.so")  # the knobs, as for our own libraries
     return ops
 
 

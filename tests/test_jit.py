@@ -57,15 +57,19 @@ def test_key_changes_with_every_field(tmp_path, monkeypatch):
 
 def test_key_follows_sources_flags_and_torch(tmp_path, monkeypatch):
     src = tmp_path / "op.cpp"
-    src.write_text("int f() { return 1; }\n")
+    src.write_text('#include "h.h"\nint f() { return 1; }\n')
     inc = tmp_path / "include"
     inc.mkdir()
-    (inc / "h.h").write_text("// v1\n")
+    (inc / "h.h").write_text('#include <deep.h>\n// v1\n')
+    (inc / "deep.h").write_text("// v1\n")
+    (inc / "cuda_only.cuh").write_text("// v1\n")  # in the include dir, included by nothing
     spec = jit.ModuleSpec("m", "cpu", [src], [inc], cflags=["-O2"])
     k0 = keymod.compute_key(spec)
-    src.write_text("int f() { return 2; }\n")
+    (inc / "cuda_only.cuh").write_text("// v2\n")
+    assert keymod.compute_key(spec) == k0  # a header this library does not include
+    src.write_text('#include "h.h"\nint f() { return 2; }\n')
     k1 = keymod.compute_key(spec)
-    (inc / "h.h").write_text("// v2\n")
+    (inc / "deep.h").write_text("// v2\n")  # included through h.h
     k2 = keymod.compute_key(spec)
     spec.cflags = ["-O3"]
     k3 = keymod.compute_key(spec)

@@ -2,6 +2,7 @@
 import hashlib
 import json
 import platform
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,14 +27,41 @@ class ModuleSpec:
         return f"nitorch_jit_{self.name}_{self.device}"
 
 
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+def included_files(sources, include_dirs):
+    """The sources and every file they include, transitively, that lies in the including
+    file's folder or below one of `include_dirs` (system and torch headers are not ours and
+    are covered by the torch / compiler fields of the key). Sorted by path."""
+    dirs = [Path(d) for d in include_dirs]
+    seen, todo = set(), [Path(s) for s in sources]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _INCLUDE.findall(path.read_bytes()):
+            name = name.decode()
+            for base in [path.parent] + dirs:
+                candidate = base / name
+                if candidate.is_file():
+                    todo.append(candidate.resolve())
+                    break
+    return sorted(seen)
+
+
 def hash_sources(spec):
-    """sha256 over the compiled files, every header below the include dirs, and the flags."""
+    """sha256 over the compiled files, the headers of ours that they include (transitively)
+    and the flags: editing a CUDA header does not change the key of a CPU library."""
     h = hashlib.sha256()
-    files = [Path(s) for s in spec.sources]
-    for d in spec.include_dirs:
-        files += sorted(p for p in Path(d).rglob("*") if p.is_file())
-    for p in files:
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    root = Path(spec.sources[0]).resolve().parent.parent if spec.sources else Path(".")
+    for p in included_files([Path(s).resolve() for s in spec.sources], spec.include_dirs):
+        try:  # relative names: the key does not depend on where the package lies
+            name = p.relative_to(root).as_posix()
+        except ValueError:
+            name = p.name
+        h.update(name.encode() + b"\0" + p.read_bytes() + b"\0")
     h.update(json.dumps([spec.cflags, spec.cuda_cflags, spec.ldflags]).encode())
     return h.hexdigest()
 
