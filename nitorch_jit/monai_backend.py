@@ -250,9 +250,10 @@ def _kernels(C):
                                       *opts(order, bound, extrapolate))
         return gi, gg
 
+    from .torch_impl.pushpull import affine_kernels  # affine ops: MONAI's grid ops by chunks
     return {"grid_pull": pull, "grid_push": push, "grid_grad": grad, "grid_pushgrad": pushgrad,
             "grid_grad_dot": grad_dot, "grid_hess_dot": hess_dot,
-            "grid_pull_backward": pull_backward}
+            "grid_pull_backward": pull_backward, **affine_kernels(pull, push, grad_dot)}
 
 
 def register(module, device_type):

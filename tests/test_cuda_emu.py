@@ -220,3 +220,27 @@ def test_bad_input_raises(EMU):
         EMU.grid_pull_backward(torch.ones(2, 2, 4, 3), x.half(), g.float(), [1, 1], [0, 0], True)
     with pytest.raises(RuntimeError, match="spatial shape"):
         EMU.grid_pull_backward(torch.ones(2, 2, 4, 2, dtype=F64), x, g, [1, 1], [0, 0], True)
+
+
+# ----------------------------------------------------------------------------- affine ops
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
+def test_affine_ops(EMU, C, D, dtype, tol, monkeypatch):
+    """affine_pull / affine_push / affine_grad_dot (coordinates from the matrix in the kernel;
+    the grad_dot reduction kernel) against the CPU kernels: fast and generic paths, every
+    bound, extrapolate on and off, 32- and 64-bit offsets, a matrix shared by the batch."""
+    _check(K.compare_affine(EMU, C, "cpu", D, dtype, tol, monkeypatch))
+
+
+def test_affine_bad_input_raises(EMU):
+    x, y, A, S, O = K.affine_case(2)
+    with pytest.raises(RuntimeError, match="affine must have shape"):
+        EMU.affine_pull(x, A[:, :, :2], O, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="dtype"):
+        EMU.affine_pull(x.float(), A, O, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="affine must be float32 or float64"):
+        EMU.affine_pull(x.half(), A.half(), O, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="batch"):
+        EMU.affine_push(y[:1], A, S, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="channels"):
+        EMU.affine_grad_dot(y[:, :1], x, A, [1, 1], [0, 0], True)

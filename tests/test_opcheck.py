@@ -62,6 +62,11 @@ def _reg(grad=False):
     return taps, x, h, w
 
 
+def _affine(batch, dim=2, grad=False, seed=3):
+    lin = 1.2 * torch.eye(dim, dtype=F64) + 0.3 * _randn(batch, dim, dim, seed=seed)
+    return torch.cat([lin, _randn(batch, dim, 1, seed=seed + 1) - 0.5], -1).requires_grad_(grad)
+
+
 # op name -> list of argument tuples. Inputs require grad where the op registers autograd, so
 # that the registration is exercised; ops without autograd take plain tensors.
 SAMPLES = {
@@ -81,6 +86,14 @@ SAMPLES = {
         (_randn(2, 3, *O, 2), _randn(2, 3, *S, seed=2), _grid(2, O, S), *PP)],
     "grid_pull_backward": lambda: [
         (_randn(2, 3, *O), _randn(2, 3, *S, seed=2), _grid(2, O, S), *PP)],
+    # affine ops: a [2, 2, 3] matrix (output voxel -> input voxel) instead of a grid
+    "affine_pull": lambda: [
+        (_randn(2, 3, *S, grad=True), _affine(2, grad=True), O, *PP),
+        (_randn(1, 2, 6, grad=True), _affine(1, 1, grad=True), [4], [7], [5], False)],
+    "affine_push": lambda: [
+        (_randn(2, 3, *O, grad=True), _affine(2, grad=True), S, *PP)],
+    "affine_grad_dot": lambda: [
+        (_randn(2, 3, *O), _randn(2, 3, *S, seed=2), _affine(2), *PP)],
     "spline_coeff_nd": lambda: [
         (_randn(2, 3, 6, 5, grad=True), [3, 5], [2, 5], [2, 3], False),
         (_randn(2, 7, grad=True), [4], [1], [1], True)],

@@ -39,4 +39,7 @@ TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
   m.impl("grid_grad_dot", &CudaOps::grid_grad_dot);
   m.impl("grid_hess_dot", &CudaOps::grid_hess_dot);
   m.impl("grid_pull_backward", &CudaOps::grid_pull_backward);
+  m.impl("affine_pull", &CudaOps::affine_pull);
+  m.impl("affine_push", &CudaOps::affine_push);
+  m.impl("affine_grad_dot", &CudaOps::affine_grad_dot);
 }
