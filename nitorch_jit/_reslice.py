@@ -72,6 +72,11 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
         coef = prefilter(data, orders, bounds)  # once for all chunks; no copy for orders < 2
     device = data.device
     mat = torch.as_tensor(vox2vox, dtype=torch.float64)
+    import nitorch_jit
+    affine_pull = getattr(nitorch_jit, "affine_pull", None)  # the grid-free kernel, if here
+    if affine_pull is not None and displacement is None and not label:
+        return affine_pull(coef[None], mat.to(device, gdtype), list(shape), orders, names,
+                           extrapolate)[0]
     lin, off = mat[:3, :3], mat[:3, 3]
     n0, n1, n2 = (int(s) for s in shape)
     # the affine part of one output plane (all but the slowest axis's term), computed once
@@ -81,7 +86,6 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
     plane = (off + lin[:, 1] * i1 + lin[:, 2] * i2).reshape(-1).to(device, gdtype)
     step = lin[:, 0].repeat(n1 * n2).to(device, gdtype)
     rows = max(1, min(n0, _CHUNK_POINTS // max(1, n1 * n2)))
-    # where nitorch_jit.affine_pull exists, the no-displacement case goes to it (no grid)
     out = None
     grid = None
     for z0 in range(0, n0, rows):

@@ -59,6 +59,27 @@ def test_matches_nibabel(order, mode, bound, dtype):
     assert _rel(out.get_fdata(), ref) < 1e-5
 
 
+@pytest.mark.parametrize("order", [1, 3])
+@pytest.mark.parametrize("kernel", ["grid", "affine_pull"])
+def test_both_kernels_match_nibabel(order, kernel, monkeypatch):
+    """The affine case goes to nitorch_jit.affine_pull (grid-free) where it exists, else
+    through a grid in chunks (the path of displacement fields): both checked."""
+    calls = []
+    if kernel == "grid":
+        monkeypatch.setattr(nj, "affine_pull", None, raising=False)
+        monkeypatch.setattr(_reslice, "_CHUNK_POINTS", 1000)  # several chunks
+    else:
+        real = getattr(nj, "affine_pull", None)
+        if real is None:
+            pytest.skip("nitorch_jit.affine_pull is not in this tree")
+        monkeypatch.setattr(nj, "affine_pull", lambda *a, **k: calls.append(1) or real(*a, **k))
+    moving, target = _oblique_pair(np.float32)
+    ref = resample_from_to(moving, target, order=order, mode="reflect").get_fdata()
+    out = nj.reslice(moving, target, order=order, extrapolate=True).get_fdata()
+    assert _rel(out, ref) < 1e-5
+    assert len(calls) == (kernel == "affine_pull")
+
+
 @pytest.mark.parametrize("order", [0, 1, 3])
 def test_matches_nibabel_constant(order):
     """scipy's 'constant' gives cval outside [0, n-1]; ours 0 outside [-0.05, n-1+0.05]: the
