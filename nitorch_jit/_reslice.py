@@ -64,6 +64,13 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
     names = [BOUND_NAMES[b] for b in bounds]  # grid_pull takes names (codes are ambiguous)
     from .ops.pushpull import grid_pull
     from .ops.splinc import prefilter
+    if label and all(o == 0 for o in orders):
+        # nearest neighbour picks one label per point: pulling the values gives the same
+        # labels as a mask per label, at the cost of one pull (exact in float32 below 2**24)
+        big = bool(data.abs().max() >= 2 ** 24) if data.numel() else False
+        values = _resample(data.to(torch.float64 if big else torch.float32), vox2vox, shape,
+                           displacement, orders, bound, extrapolate)
+        return values.round().to(data.dtype)
     if label:
         gdtype = torch.float32
         coef = data
@@ -86,6 +93,8 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
     plane = (off + lin[:, 1] * i1 + lin[:, 2] * i2).reshape(-1).to(device, gdtype)
     step = lin[:, 0].repeat(n1 * n2).to(device, gdtype)
     rows = max(1, min(n0, _CHUNK_POINTS // max(1, n1 * n2)))
+    if label:  # grid_pull finds the labels (torch.unique over the input) on every call
+        rows = n0
     out = None
     grid = None
     for z0 in range(0, n0, rows):

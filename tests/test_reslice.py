@@ -344,6 +344,25 @@ def test_labels(tmp_path):
     assert (ours == ref).mean() > 0.98
 
 
+def test_nearest_labels_equal_the_label_pull():
+    """Order-0 labels take one pull of the values: the same labels as grid_pull's mask per
+    label (its label path), with 0 outside the field of view."""
+    from nitorch_jit.ops.pushpull import affine_grid, grid_pull
+    lab = (_rng(3).integers(0, 40, (6, 6, 5)) + 3).repeat(3, 0).repeat(3, 1).repeat(3, 2)
+    vox = _rotation_z(10)
+    vox[:3, 3] = [1.3, -2.2, 0.4]
+    img = nib.Nifti1Image(lab.astype(np.int16), np.eye(4))
+    fast = np.asarray(nj.reslice(img, (lab.shape, vox), label=True, order=0).dataobj)
+    rev = _reslice._REVERSE
+    grid = affine_grid(torch.as_tensor(rev @ vox @ rev, dtype=torch.float32), lab.shape[::-1])
+    masks = grid_pull(torch.from_numpy(np.ascontiguousarray(lab.T))[None, None], grid[None],
+                      0, "dct2")[0, 0]
+    inside = grid_pull(torch.ones((1, 1) + lab.shape[::-1]), grid[None], 0, "dct2")[0, 0]
+    want = torch.where(inside == 0, 0, masks).numpy().T
+    assert (want == 0).mean() > 0.05
+    np.testing.assert_array_equal(fast, want)
+
+
 def test_dtype_rounds_and_clips():
     data = np.array([-300.6, -2.5, -0.4, 0.5, 2.5, 1e6], np.float32).reshape(6, 1, 1)
     img = nib.Nifti1Image(data, np.eye(4))
