@@ -10,6 +10,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from nitorch_jit.ops import tuning
+
 F64 = torch.float64
 HAVE_GPU = torch.cuda.is_available()
 _EMU_LIBS = []  # schema definitions of the emulated namespaces, kept alive
@@ -50,7 +52,6 @@ def load_emulation(namespace, modules, source, folders, build_name):
         build_directory=str(build),
         is_python_module=False,
     )
-    from nitorch_jit.ops import tuning
     tuning.attach(build / f"nj_{build_name}.so")  # the knobs, as for our own libraries
     return ops
 
@@ -210,7 +211,7 @@ def affine_calls(ops, x, y, A, S, O, order, bound, ex):
             ops.affine_grad_dot(y, x, A, order, bound, ex)]
 
 
-def compare_affine(target, ref, device, D, dtype, tol, monkeypatch):
+def compare_affine(target, ref, device, D, dtype, tol):
     """The three affine ops of `target` (on `device`) against `ref` (CPU) over the sweep,
     extrapolate on and off, 32- and 64-bit offsets, and a matrix shared by the batch (stride
     0); returns the list of failures."""
@@ -220,16 +221,15 @@ def compare_affine(target, ref, device, D, dtype, tol, monkeypatch):
         x, y, A, S, O = affine_case(D, seed=i, dtype=dtype)
         for ex in (False, True):
             for index in ("32", "64"):
-                monkeypatch.setenv("NI_JIT_CUDA_INDEX", index)
+                with tuning.override(cuda_index32=index == "32"):
+                    calls = affine_calls(target, *on([x, y, A]), S, O, order, bound, ex)
                 for name, got, want in zip(
                         ("pull", "push", "grad_dot"),
-                        affine_calls(target, *on([x, y, A]), S, O, order, bound, ex),
-                        affine_calls(ref, x, y, A, S, O, order, bound, ex)):
+                        calls, affine_calls(ref, x, y, A, S, O, order, bound, ex)):
                     msg = close(got, want, tol)
                     if msg:
                         fails.append(f"affine_{name} D={D} {order} {bound} ex={ex} "
                                      f"i{index}: {msg}")
-    monkeypatch.delenv("NI_JIT_CUDA_INDEX", raising=False)
     x, y, A, S, O = affine_case(D, dtype=dtype)
     shared = A[:1].expand(A.shape)
     for got, want in zip(affine_calls(target, *on([x, y, shared]), S, O, [3] * D, [2] * D, True),
@@ -309,7 +309,7 @@ class OpLog(TorchDispatchMode):
 
 # ----------------------------------------------------------------------------- tiled scatter
 # push and pull_backward have a block-tiled kernel for grids with one point per source voxel
-# (csrc/pushpull/pushpull_tiles.cuh); NI_JIT_CUDA_TILES=0 turns it off. Shapes with partial
+# (csrc/pushpull/pushpull_tiles.cuh); the cuda_tiles knob turns it off. Shapes with partial
 # tiles (3-D tiles: 8 x 16 x 16 points in float32, 4 x 16 x 16 in float64; 2-D: 32 x 64).
 TILE_OPS = ["grid_push", "grid_pull_backward"]
 TILE_SHAPES = {2: [40, 70], 3: [10, 20, 18]}

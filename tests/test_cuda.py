@@ -61,8 +61,8 @@ def test_vs_cpu_float32(CU, C, op, D, ex):
 @gpu
 @pytest.mark.parametrize("op", K.OPS)
 @pytest.mark.parametrize("D,ex", [(1, True), (2, False), (3, True)])
-def test_vs_cpu_64bit_offsets(CU, C, op, D, ex, monkeypatch):
-    monkeypatch.setenv("NI_JIT_CUDA_INDEX", "64")
+def test_vs_cpu_64bit_offsets(CU, C, op, D, ex, knobs):
+    knobs(cuda_index32=False)
     _check(K.compare_sweep(CU, C, "cuda", op, D, ex, F64, 1e-10, full=False))
 
 
@@ -126,10 +126,10 @@ def test_scatter_contention(CU, C, dtype, tol, order):
 @pytest.mark.parametrize("D", [2, 3])
 @pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
 @pytest.mark.parametrize("tiles", ["1", "0"])
-def test_tiled_scatter(CU, C, op, D, dtype, tol, tiles, monkeypatch):
+def test_tiled_scatter(CU, C, op, D, dtype, tol, tiles, knobs):
     """push / pull_backward on grids with one point per source voxel (the block-tiled kernel,
-    and NI_JIT_CUDA_TILES=0 the one-point kernel): near identity with far points, random."""
-    monkeypatch.setenv("NI_JIT_CUDA_TILES", tiles)
+    and with the cuda_tiles knob off the one-point kernel): near identity with far points, random."""
+    knobs(cuda_tiles=tiles == "1")
     _check(K.compare_tiles(CU, C, "cuda", op, D, dtype, tol))
     _check(K.compare_tiles(CU, C, "cuda", op, D, dtype, tol, orders=(1, 3), disp=6.0, far=0.3))
 
@@ -365,10 +365,10 @@ def test_cpu_only_process_never_compiles_cuda():
 @gpu
 @pytest.mark.parametrize("D", [1, 2, 3])
 @pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
-def test_affine_vs_cpu(CU, C, D, dtype, tol, monkeypatch):
+def test_affine_vs_cpu(CU, C, D, dtype, tol):
     """affine_pull / affine_push / affine_grad_dot (warp-reduced matrix gradient) against the
     CPU kernels."""
-    _check(K.compare_affine(CU, C, "cuda", D, dtype, tol, monkeypatch))
+    _check(K.compare_affine(CU, C, "cuda", D, dtype, tol))
 
 
 @gpu

@@ -188,8 +188,7 @@ bool pull1_avx2_usable(const Geom& G) {
   if (!cpu || (G.D != 2 && G.D != 3)) return false;
   for (int k = G.first(); k < 3; ++k)
     if (G.order[k] != 1) return false;
-  const char* env = std::getenv("NI_JIT_DISABLE_AVX2");
-  if (env && *env && *env != '0') return false;
+  if (!tuning::get(tuning::kAvx2)) return false;
   constexpr int64_t kMax = 0x7fffffff;
   int64_t span = 0;  // largest element index of one channel
   for (int k = G.first(); k < 3; ++k) {
@@ -304,6 +303,8 @@ at::Tensor affine_pull_cpu(const at::Tensor& input, const at::Tensor& affine, at
 }  // namespace cpu
 }  // namespace pushpull
 }  // namespace nitorch_jit
+
+NJ_DEFINE_SET_TUNING()  // one per library: this one for the CPU pushpull library
 
 TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
   m.impl("grid_pull", &nitorch_jit::pushpull::cpu::grid_pull_cpu);

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "nitorch_jit/message.h"
+#include "nitorch_jit/tuning.h"
 #include "pushpull_point.h"
 
 namespace nitorch_jit {
@@ -513,18 +514,9 @@ void rows_run(const Geom& G, const Src& src, const Op& op) {
   });
 }
 
-// Bytes of private per-thread output copies a scatter may allocate (NI_JIT_PUSH_BUFFER_MB,
-// default 256 MiB); beyond that it uses atomic adds.
-inline int64_t scatter_buffer_budget() {
-  const char* env = std::getenv("NI_JIT_PUSH_BUFFER_MB");
-  int64_t mb = 256;
-  if (env && *env) {
-    char* endp = nullptr;
-    const long long v = std::strtoll(env, &endp, 10);
-    if (endp != env && v >= 0) mb = std::min<long long>(v, 1LL << 30);
-  }
-  return mb << 20;
-}
+// Bytes of private per-thread output copies a scatter may allocate (the push_buffer_mb knob,
+// NI_JIT_PUSH_BUFFER_MB, default 256 MiB); beyond that it uses atomic adds.
+inline int64_t scatter_buffer_budget() { return tuning::get(tuning::kPushBufferMB) << 20; }
 
 // Scatter ops. make_op(T* dst, AddTag) returns the op writing into dst (a full output-sized
 // buffer). Single thread: plain adds into out. Several: the points are split into nt equal

@@ -30,6 +30,8 @@ using CudaOps = Ops<CudaPolicy>;
 }  // namespace pushpull
 }  // namespace nitorch_jit
 
+NJ_DEFINE_SET_TUNING()
+
 TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
   using nitorch_jit::pushpull::cuda::CudaOps;
   m.impl("grid_pull", &CudaOps::grid_pull);

@@ -23,6 +23,7 @@
 #include "nitorch_jit/bounds.h"
 #include "nitorch_jit/message.h"
 #include "nitorch_jit/spline.h"
+#include "nitorch_jit/tuning.h"
 #include "pushpull_cuda.cuh"
 #include "pushpull_tensor.h"
 
@@ -215,20 +216,16 @@ inline void set_flat(Params& p) {
 
 // The tiled scatter (pushpull_tiles.cuh) pays where points move by a few voxels from their own
 // voxel, so it is asked for where the grid has one point per source voxel (O == S) in 2-D and
-// 3-D; NI_JIT_CUDA_TILES=0 turns it off (benchmarks, tests).
+// 3-D; the cuda_tiles knob (NI_JIT_CUDA_TILES=0) turns it off (benchmarks, tests).
 inline bool want_tiles(const Params& p) {
   if (p.D < 2) return false;
   for (int k = 0; k < 3; ++k)
     if (p.pts[k] != p.src[k]) return false;
-  const char* v = std::getenv("NI_JIT_CUDA_TILES");
-  return !(v && std::strcmp(v, "0") == 0);
+  return tuning::get(tuning::kCudaTiles) != 0;
 }
 
-// Tests force 64-bit offsets with NI_JIT_CUDA_INDEX=64.
-inline bool allow_i32() {
-  const char* v = std::getenv("NI_JIT_CUDA_INDEX");
-  return !(v && std::strcmp(v, "64") == 0);
-}
+// Tests force 64-bit offsets with the cuda_index32 knob off (NI_JIT_CUDA_INDEX=64).
+inline bool allow_i32() { return tuning::get(tuning::kCudaIndex32) != 0; }
 
 template <class Policy, int OP>
 void run(Params& p, const at::Tensor& data, bool i32) {

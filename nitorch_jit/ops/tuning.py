@@ -80,6 +80,21 @@ def attach(path):
         _push(setter)
 
 
+def library_values(path):
+    """The knobs as the library at `path` holds them (tests): dict, or None if it has none."""
+    try:
+        getter = ctypes.CDLL(str(path)).nitorch_jit_get_tuning
+    except (OSError, AttributeError):
+        return None
+    getter.restype = ctypes.c_int64
+    arr = (ctypes.c_int64 * len(KNOBS))()
+    n = getter(arr, len(KNOBS))
+    if n != len(KNOBS):
+        raise RuntimeError(f"{path} has {n} tuning knobs, this package {len(KNOBS)}: a build "
+                           f"from another version; clear the cache (nitorch-jit cache clear)")
+    return dict(zip(KNOBS, arr))
+
+
 def set_knobs(**knobs):
     """Set knobs (names of KNOBS) in every loaded library; returns the previous values."""
     unknown = set(knobs) - set(KNOBS)

@@ -59,6 +59,8 @@ using EmuOps = Ops<EmuPolicy>;
 }  // namespace pushpull
 }  // namespace nitorch_jit
 
+NJ_DEFINE_SET_TUNING()
+
 TORCH_LIBRARY_IMPL(nj_emu, CPU, m) {
   using nitorch_jit::pushpull::cuda::EmuOps;
   m.impl("grid_pull", &EmuOps::grid_pull);

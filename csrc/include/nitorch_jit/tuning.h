@@ -36,11 +36,19 @@ inline int64_t get(Knob k) { return values()[k].load(std::memory_order_relaxed);
 }  // namespace nitorch_jit
 
 // Defines `int64_t nitorch_jit_set_tuning(const int64_t* v, int64_t n)` (sets the first n
-// knobs, returns how many the library has). Once per library, in the file that registers ops.
+// knobs) and `int64_t nitorch_jit_get_tuning(int64_t* v, int64_t n)` (reads them back, for
+// tests); both return how many knobs the library has. Once per library, in the file that
+// registers its ops.
 #define NJ_DEFINE_SET_TUNING()                                                          \
   extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_set_tuning(     \
       const int64_t* v, int64_t n) {                                                    \
     for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
       nitorch_jit::tuning::values()[k].store(v[k], std::memory_order_relaxed);          \
+    return nitorch_jit::tuning::kNumKnobs;                                              \
+  }                                                                                     \
+  extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_get_tuning(     \
+      int64_t* v, int64_t n) {                                                          \
+    for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
+      v[k] = nitorch_jit::tuning::get(static_cast<nitorch_jit::tuning::Knob>(k));       \
     return nitorch_jit::tuning::kNumKnobs;                                              \
   }
