@@ -137,8 +137,9 @@ def main():
                 return sitk.Resample(smov, sref, ident, interp, 0.0, sitk.sitkFloat32)
             t, res = best(run, args.peer_repeat, warm=False)
             ref = sitk.GetArrayFromImage(res).T
-            rows.append((f"order {order}", ours[order][0], f"SimpleITK {sitk.Version.VersionString()}"
-                         f" Resample, {name}, {args.threads} threads", t, goal,
+            rows.append((f"order {order}", ours[order][0],
+                         f"SimpleITK {sitk.Version.VersionString()} Resample, {name}, "
+                         f"{args.threads} threads", t, goal,
                          rel(ours[order][1], ref, inside[order])))
             print(f"SimpleITK {name}: {t:.2f} s", file=sys.stderr)
 
