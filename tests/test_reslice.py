@@ -578,6 +578,55 @@ def test_cuda_matches_cpu(order, label):
         assert _rel(gpu, cpu) < 1e-5
 
 
+def test_simpleitk_agrees_on_field_then_affine(tmp_path):
+    """A displacement field and an ITK affine, as ANTs chains them (antsApplyTransforms -t
+    WARP -t AFFINE: the field on target points, then the affine), against SimpleITK's
+    CompositeTransform([affine, field]), which applies the field first."""
+    sitk = pytest.importorskip("SimpleITK")
+    moving, (shape, taff) = _oblique_pair()
+    mpath = str(tmp_path / "m.nii.gz")
+    nib.save(moving, mpath)
+    tpath = str(tmp_path / "t.nii.gz")
+    nib.save(nib.Nifti1Image(np.zeros(shape, np.float32), taff), tpath)
+    tr = sitk.AffineTransform(3)
+    tr.SetMatrix((0.97, -0.2, 0.0, 0.2, 0.97, 0.05, 0.0, -0.05, 1.0))
+    tr.SetTranslation((1.5, -2.0, 0.7))
+    tr.SetCenter((3.0, -4.0, 2.0))
+    apath = str(tmp_path / "a.txt")
+    sitk.WriteTransform(tr, apath)
+    idx = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1)
+    field = np.stack([1.5 * np.sin(idx[..., 1] / 4.0), np.cos(idx[..., 0] / 5.0),
+                      0.5 * np.sin(idx[..., 2] / 3.0)], -1)  # LPS mm, smooth, not constant
+    wpath = str(tmp_path / "w.nii.gz")
+    nib.save(nib.Nifti1Image(field[:, :, :, None, :].astype(np.float32), taff), wpath)
+    ref_img = sitk.ReadImage(tpath)
+
+    def field_transform():  # SimpleITK takes the image over: a new one each time
+        disp = sitk.GetImageFromArray(field.transpose(2, 1, 0, 3).astype(np.float64),
+                                      isVector=True)
+        disp.CopyInformation(ref_img)
+        return sitk.DisplacementFieldTransform(disp)
+    composite = sitk.CompositeTransform([tr, field_transform()])
+    ref = sitk.GetArrayFromImage(sitk.Resample(sitk.ReadImage(mpath), ref_img, composite,
+                                               sitk.sitkLinear, 0.0, sitk.sitkFloat64))
+    ref = ref.transpose(2, 1, 0)
+    out = nj.reslice(mpath, tpath, [apath], displacement=wpath, bound="zero").get_fdata()
+    # where both are inside the moving image: our coordinates, computed here in numpy
+    pull = np.linalg.inv(transforms.read_transform(apath)[0])
+    world = idx @ taff[:3, :3].T + taff[:3, 3] + field * [-1, -1, 1]
+    coords = (world @ pull[:3, :3].T + pull[:3, 3]) @ np.linalg.inv(moving.affine)[:3, :3].T \
+        + np.linalg.inv(moving.affine)[:3, 3]
+    inside = ((coords >= 0) & (coords <= np.array(moving.shape) - 1)).all(-1)
+    assert inside.mean() > 0.5
+    assert _rel(out[inside], ref[inside]) < 1e-5
+    # the other order (affine first, then the field) is a different image
+    swapped = sitk.GetArrayFromImage(sitk.Resample(
+        sitk.ReadImage(mpath), ref_img, sitk.CompositeTransform(
+            [field_transform(), tr]),
+        sitk.sitkLinear, 0.0, sitk.sitkFloat64)).transpose(2, 1, 0)
+    assert _rel(out[inside], swapped[inside]) > 1e-2
+
+
 def test_docstring_examples():
     for module in (_reslice, transforms):
         result = doctest.testmod(module)
