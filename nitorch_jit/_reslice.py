@@ -11,6 +11,9 @@ transforms, then to moving voxels: ``v_m = A_m^-1 P (A_t v + u(A_t v))`` with
 ``P = (T_n ... T_1)^-1`` where each ``T_k`` maps moving RAS to target RAS (see
 nitorch_jit.transforms). The image is interpolated once.
 
+Kernels. Without a displacement field the affine map goes to ``affine_pull`` (no grid in
+memory); with one, a grid is built and pulled in chunks along the slowest output axis.
+
 Layout. nibabel's arrays are Fortran-ordered ``[X, Y, Z, ...]``, which is ``[..., Z, Y, X]``
 C-ordered: the kernels get that view (no transpose copy) and the grid's components are in
 that order (``k, j, i``); the output comes back the same way and is written without a copy.
@@ -55,6 +58,7 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
 
     vox2vox : [4, 4] float64 array, output voxel index -> input voxel index (tensor order).
     displacement : None or tensor [*shape, 3], added to the mapped coordinates (input voxels).
+    Without a displacement (and labels) this is affine_pull where the package has it.
     Orders >= 2 are interpolated (the spline prefilter runs once); label=True takes integer
     data through grid_pull's label path (masks weighted by B-splines, no prefilter, most
     likely label kept) and gives 0 outside the field of view. Returns [C, *shape].
