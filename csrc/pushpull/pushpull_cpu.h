@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "nitorch_jit/message.h"
+#include "pushpull_checks.h"
 #include "nitorch_jit/tuning.h"
 #include "pushpull_point.h"
 
@@ -96,69 +97,21 @@ inline PointStrides point_strides(const at::Tensor& t, int64_t D, bool with_d) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Checks.
+// Checks: pushpull_checks.h, shared with the CUDA host code.
 
-inline int64_t check_grid(const at::Tensor& grid) {
-  TORCH_CHECK(grid.defined(), "grid is undefined");
-  TORCH_CHECK(grid.dim() >= 3, "grid must have shape [B, *O, D] with D in 1..3, got shape ",
-              shape_str(grid.sizes()));
-  const int64_t D = grid.size(-1);
-  TORCH_CHECK(D >= 1 && D <= 3, "grid.size(-1) (D) must be 1, 2 or 3, got ", num(D));
-  TORCH_CHECK(grid.dim() == D + 2, "grid must have D + 2 = ", num(D + 2),
-              " dims [B, *O, D] (D = grid.size(-1)), got shape ", shape_str(grid.sizes()));
-  TORCH_CHECK(grid.device().is_cpu(), "grid must be a CPU tensor, got device ", dev(grid));
-  TORCH_CHECK(grid.layout() == at::kStrided, "grid must be a strided (dense) tensor");
-  TORCH_CHECK(grid.scalar_type() == at::kFloat || grid.scalar_type() == at::kDouble,
-              "grid must be float32 or float64, got ", dt(grid.scalar_type()));
-  return D;
+struct CpuDev {
+  static constexpr const char* kDevice = "CPU";
+  static constexpr bool kHalf = false;
+  static bool on_device(const at::Tensor& t) { return t.is_cpu(); }
+};
+inline int64_t check_grid(const at::Tensor& grid) { return checks::check_grid<CpuDev>(grid); }
+inline int64_t check_affine(const at::Tensor& affine) {
+  return checks::check_affine<CpuDev>(affine);
 }
-
-// A tensor [B, C, *spatial(D)] (+ a trailing D when with_d).
-inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& grid, int64_t D,
-                         bool with_d, const char* layout, const char* ref = "grid") {
-  TORCH_CHECK(t.defined(), name, " is undefined");
-  const int64_t want = D + 2 + (with_d ? 1 : 0);
-  TORCH_CHECK(t.dim() == want, name, " must have ", num(want), " dims ", layout, " for D = ", num(D),
-              ", got shape ", shape_str(t.sizes()));
-  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor, got device ", dev(t));
-  TORCH_CHECK(t.layout() == at::kStrided, name, " must be a strided (dense) tensor");
-  TORCH_CHECK(t.scalar_type() == grid.scalar_type(), name, " dtype (", dt(t.scalar_type()),
-              ") must match ", ref, " dtype (", dt(grid.scalar_type()), ")");
-  TORCH_CHECK(t.size(0) == grid.size(0), name, " batch size (", num(t.size(0)),
-              ") must equal ", ref, " batch size (", num(grid.size(0)), ")");
-  if (with_d)
-    TORCH_CHECK(t.size(-1) == D, name, ".size(-1) must be D = ", num(D), ", got ", num(t.size(-1)));
-}
-
-// The spatial dims of t (starting at dim 2) must equal the grid's spatial dims.
-inline void check_point_shape(const at::Tensor& t, const char* name, const at::Tensor& grid,
-                              int64_t D) {
-  for (int64_t d = 0; d < D; ++d)
-    TORCH_CHECK(t.size(2 + d) == grid.size(1 + d), name, " spatial shape ",
-                shape_str(t.sizes().slice(2, D)), " must equal the grid spatial shape ",
-                shape_str(grid.sizes().slice(1, D)));
-}
-
-inline void check_options(at::IntArrayRef order, at::IntArrayRef bound, int64_t D) {
-  TORCH_CHECK(static_cast<int64_t>(order.size()) == D, "order must have D = ", num(D),
-              " entries (one per spatial dim), got ", num(order.size()));
-  TORCH_CHECK(static_cast<int64_t>(bound.size()) == D, "bound must have D = ", num(D),
-              " entries (one per spatial dim), got ", num(bound.size()));
-  for (int64_t d = 0; d < D; ++d) {
-    TORCH_CHECK(order[d] >= 0 && order[d] <= kMaxOrder, "order[", num(d), "] must be in 0..",
-                num(kMaxOrder), ", got ", num(order[d]));
-    TORCH_CHECK(bound[d] >= 0 && bound[d] < kNumBounds, "bound[", num(d), "] must be in 0..",
-                num(kNumBounds - 1), " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ",
-                num(bound[d]));
-  }
-}
-
-inline void check_shape(at::IntArrayRef shape, int64_t D) {
-  TORCH_CHECK(static_cast<int64_t>(shape.size()) == D, "shape must have D = ", num(D),
-              " entries (the output spatial size), got ", num(shape.size()));
-  for (int64_t d = 0; d < D; ++d)
-    TORCH_CHECK(shape[d] >= 0, "shape[", num(d), "] must be >= 0, got ", num(shape[d]));
-}
+using checks::check_options;
+using checks::check_point_shape;
+using checks::check_shape;
+using checks::check_tensor;
 
 // Geometry of B batches of points of spatial shape `pts`, options, and the source tensor's
 // sizes/strides (spatial dims only). No grid strides: see make_geom.
@@ -263,19 +216,6 @@ NJ_INLINE const AffineCoords<T>& coords_of(const AffineCoords<T>& a) {
   return a;
 }
 
-// affine [B, D, D+1] (float32 / float64, CPU): returns D.
-inline int64_t check_affine(const at::Tensor& affine) {
-  TORCH_CHECK(affine.defined(), "affine is undefined");
-  TORCH_CHECK(affine.dim() == 3 && affine.size(2) == affine.size(1) + 1 && affine.size(1) >= 1 &&
-                  affine.size(1) <= 3,
-              "affine must have shape [B, D, D + 1] with D in 1..3, got shape ",
-              shape_str(affine.sizes()));
-  TORCH_CHECK(affine.device().is_cpu(), "affine must be a CPU tensor, got device ", dev(affine));
-  TORCH_CHECK(affine.layout() == at::kStrided, "affine must be a strided (dense) tensor");
-  TORCH_CHECK(affine.scalar_type() == at::kFloat || affine.scalar_type() == at::kDouble,
-              "affine must be float32 or float64, got ", dt(affine.scalar_type()));
-  return affine.size(1);
-}
 
 inline int64_t grain_size(const Geom& G) {
   const int64_t work = G.taps() * std::max<int64_t>(G.C, 1);

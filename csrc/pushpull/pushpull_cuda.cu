@@ -15,6 +15,7 @@ namespace {
 
 struct CudaPolicy {
   static constexpr const char* kDevice = "CUDA";
+  static constexpr bool kHalf = true;
   static bool on_device(const at::Tensor& t) { return t.is_cuda(); }
   using Guard = c10::cuda::CUDAGuard;
   template <int OP>

@@ -22,6 +22,7 @@
 
 #include "nitorch_jit/bounds.h"
 #include "nitorch_jit/message.h"
+#include "pushpull_checks.h"
 #include "nitorch_jit/spline.h"
 #include "nitorch_jit/tuning.h"
 #include "pushpull_cuda.cuh"
@@ -32,11 +33,13 @@ namespace pushpull {
 namespace cuda {
 
 // --------------------------------------------------------------------------------------------
-// Checks (same rules and messages as the CPU kernels, plus devices and the half dtypes).
+// Checks: pushpull_checks.h, shared with the CPU kernels (here the half dtypes are accepted:
+// the Policy's kHalf).
 
-inline bool is_half(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
-
-// Numbers and shapes in messages go through nitorch_jit/message.h (never an ostream).
+using checks::check_options;
+using checks::check_point_shape;
+using checks::check_shape;
+using checks::is_half;
 using msg::dev;
 using msg::dt;
 using msg::num;
@@ -44,71 +47,14 @@ using msg::shape_str;
 
 template <class Policy>
 int64_t check_grid(const at::Tensor& grid) {
-  TORCH_CHECK(grid.defined(), "grid is undefined");
-  TORCH_CHECK(grid.dim() >= 3, "grid must have shape [B, *O, D] with D in 1..3, got shape ",
-              shape_str(grid.sizes()));
-  const int64_t D = grid.size(-1);
-  TORCH_CHECK(D >= 1 && D <= 3, "grid.size(-1) (D) must be 1, 2 or 3, got ", num(D));
-  TORCH_CHECK(grid.dim() == D + 2, "grid must have D + 2 = ", num(D + 2),
-              " dims [B, *O, D] (D = grid.size(-1)), got shape ", shape_str(grid.sizes()));
-  TORCH_CHECK(Policy::on_device(grid), "grid must be a ", Policy::kDevice,
-              " tensor, got device ", dev(grid));
-  TORCH_CHECK(grid.layout() == at::kStrided, "grid must be a strided (dense) tensor");
-  const auto t = grid.scalar_type();
-  TORCH_CHECK(t == at::kFloat || t == at::kDouble || is_half(t),
-              "grid must be float16, bfloat16, float32 or float64, got ", dt(t));
-  return D;
+  return checks::check_grid<Policy>(grid);
 }
 
-// A tensor [B, C, *spatial(D)] (+ a trailing D when with_d), on the grid's device, whose dtype
+// A tensor [B, C, *spatial(D)] (+ a trailing D when with_d) on the grid's device, whose dtype
 // is the grid's (or a half type when the grid is float32).
 inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& grid, int64_t D,
-                  bool with_d, const char* layout) {
-  TORCH_CHECK(t.defined(), name, " is undefined");
-  const int64_t want = D + 2 + (with_d ? 1 : 0);
-  TORCH_CHECK(t.dim() == want, name, " must have ", num(want), " dims ", layout, " for D = ",
-              num(D), ", got shape ", shape_str(t.sizes()));
-  TORCH_CHECK(t.device() == grid.device(), name, " must be on the grid's device (", dev(grid),
-              "), got ", dev(t));
-  TORCH_CHECK(t.layout() == at::kStrided, name, " must be a strided (dense) tensor");
-  const auto ty = t.scalar_type(), gt = grid.scalar_type();
-  TORCH_CHECK(ty == gt || (is_half(ty) && gt == at::kFloat), name, " dtype (", dt(ty),
-              ") must match grid dtype (", dt(gt),
-              ") (float16/bfloat16 data may also come with a float32 grid)");
-  TORCH_CHECK(t.size(0) == grid.size(0), name, " batch size (", num(t.size(0)),
-              ") must equal grid batch size (", num(grid.size(0)), ")");
-  if (with_d)
-    TORCH_CHECK(t.size(-1) == D, name, ".size(-1) must be D = ", num(D), ", got ",
-                num(t.size(-1)));
-}
-
-inline void check_point_shape(const at::Tensor& t, const char* name, const at::Tensor& grid,
-                       int64_t D) {
-  for (int64_t d = 0; d < D; ++d)
-    TORCH_CHECK(t.size(2 + d) == grid.size(1 + d), name, " spatial shape ",
-                shape_str(t.sizes().slice(2, D)), " must equal the grid spatial shape ",
-                shape_str(grid.sizes().slice(1, D)));
-}
-
-inline void check_options(at::IntArrayRef order, at::IntArrayRef bound, int64_t D) {
-  TORCH_CHECK(static_cast<int64_t>(order.size()) == D, "order must have D = ", num(D),
-              " entries (one per spatial dim), got ", num(order.size()));
-  TORCH_CHECK(static_cast<int64_t>(bound.size()) == D, "bound must have D = ", num(D),
-              " entries (one per spatial dim), got ", num(bound.size()));
-  for (int64_t d = 0; d < D; ++d) {
-    TORCH_CHECK(order[d] >= 0 && order[d] <= kMaxOrder, "order[", num(d), "] must be in 0..",
-                num(kMaxOrder), ", got ", num(order[d]));
-    TORCH_CHECK(bound[d] >= 0 && bound[d] < kNumBounds, "bound[", num(d), "] must be in 0..",
-                num(kNumBounds - 1), " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ",
-                num(bound[d]));
-  }
-}
-
-inline void check_shape(at::IntArrayRef shape, int64_t D) {
-  TORCH_CHECK(static_cast<int64_t>(shape.size()) == D, "shape must have D = ", num(D),
-              " entries (the output spatial size), got ", num(shape.size()));
-  for (int64_t d = 0; d < D; ++d)
-    TORCH_CHECK(shape[d] >= 0, "shape[", num(d), "] must be >= 0, got ", num(shape[d]));
+                         bool with_d, const char* layout) {
+  checks::check_tensor(t, name, grid, D, with_d, layout, "grid", /*half_ok=*/true);
 }
 
 // --------------------------------------------------------------------------------------------
@@ -369,33 +315,13 @@ std::tuple<at::Tensor, at::Tensor> pullback_impl(const at::Tensor& grad, const a
 
 template <class Policy>
 int64_t check_affine(const at::Tensor& affine) {
-  TORCH_CHECK(affine.defined(), "affine is undefined");
-  TORCH_CHECK(affine.dim() == 3 && affine.size(2) == affine.size(1) + 1 && affine.size(1) >= 1 &&
-                  affine.size(1) <= 3,
-              "affine must have shape [B, D, D + 1] with D in 1..3, got shape ",
-              shape_str(affine.sizes()));
-  TORCH_CHECK(Policy::on_device(affine), "affine must be a ", Policy::kDevice,
-              " tensor, got device ", dev(affine));
-  TORCH_CHECK(affine.layout() == at::kStrided, "affine must be a strided (dense) tensor");
-  const auto t = affine.scalar_type();
-  TORCH_CHECK(t == at::kFloat || t == at::kDouble, "affine must be float32 or float64, got ",
-              dt(t));
-  return affine.size(1);
+  return checks::check_affine<Policy>(affine);
 }
 
 // t [B, C, *spatial(D)] on affine's device, with its dtype and batch size
 inline void check_affine_tensor(const at::Tensor& t, const char* name, const at::Tensor& affine,
                                 int64_t D, const char* layout) {
-  TORCH_CHECK(t.defined(), name, " is undefined");
-  TORCH_CHECK(t.dim() == D + 2, name, " must have ", num(D + 2), " dims ", layout, " for D = ",
-              num(D), ", got shape ", shape_str(t.sizes()));
-  TORCH_CHECK(t.device() == affine.device(), name, " must be on affine's device (",
-              dev(affine), "), got ", dev(t));
-  TORCH_CHECK(t.layout() == at::kStrided, name, " must be a strided (dense) tensor");
-  TORCH_CHECK(t.scalar_type() == affine.scalar_type(), name, " dtype (", dt(t.scalar_type()),
-              ") must match affine dtype (", dt(affine.scalar_type()), ")");
-  TORCH_CHECK(t.size(0) == affine.size(0), name, " batch size (", num(t.size(0)),
-              ") must equal affine batch size (", num(affine.size(0)), ")");
+  checks::check_tensor(t, name, affine, D, false, layout, "affine");
 }
 
 // Points: the voxels of `pts`; mat: a contiguous [B, D, D+1] matrix.

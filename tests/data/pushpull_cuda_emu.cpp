@@ -42,6 +42,7 @@ namespace {
 
 struct EmuPolicy {
   static constexpr const char* kDevice = "CPU (CUDA emulation)";
+  static constexpr bool kHalf = true;
   static bool on_device(const at::Tensor& t) { return t.is_cpu(); }
   struct Guard {
     explicit Guard(c10::Device) {}
