@@ -20,6 +20,7 @@ enforced); 1 when no GPU is available.
 """
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -231,6 +232,32 @@ def main(argv=None):
         ("pull1_dct2", "pull order 1 (dct2, no extrapolation)",
          lambda: nj.grid_pull(img, grid, **optsd), b_pull),
     ]
+    # affine resampling without a grid (a 10-degree rotation about the centre plus a shift)
+    # against grid_pull on the materialised grid, same points
+    c, s_ = math.cos(math.radians(10)), math.sin(math.radians(10))
+    rot = torch.tensor([[c, -s_, 0.0], [s_, c, 0.0], [0.0, 0.0, 1.0]], device=device)
+    mid = torch.full((3,), (n - 1) / 2, device=device)
+    aff = torch.cat([rot, (mid - rot @ mid + 1.5)[:, None]], 1)[None]
+    agrid = nj.affine_grid(aff, shape)
+    for order in (1, 3):
+        o = dict(interpolation=order, bound="dct2", extrapolate=False)
+        extras += [
+            (f"affine_pull{order}", f"affine_pull order {order} (no grid)",
+             lambda o=o: nj.affine_pull(img, aff, shape, **o), b_pull - P * 3 * f4),
+            (f"affine_grid_pull{order}", f"grid_pull order {order} on the same affine grid",
+             lambda o=o: nj.grid_pull(img, agrid, **o), b_pull)]
+    # 2-D 256^2 x batch 32 x 3 channels, order 1, forward + backward, vs grid_sample's
+    img2, grid2 = synthetic(256, 2, torch.float32, device, channels=3)
+    img2, grid2 = img2.expand(32, -1, -1, -1).contiguous(), grid2.expand(32, -1, -1, -1).contiguous()
+    gs2 = voxel_to_grid_sample(grid2, [256, 256])
+    x2, g2, gs2 = (t.clone().requires_grad_() for t in (img2, grid2, gs2))
+    gout2 = torch.randn_like(img2)
+    extras += [
+        ("fb2d_grid_sample", "2-D 256^2 x 32 x 3ch grid_sample forward+backward",
+         lambda: torch.autograd.grad(F.grid_sample(x2, gs2, align_corners=True), (x2, gs2),
+                                     gout2), 0),
+        ("fb2d_pull1", "2-D 256^2 x 32 x 3ch pull order 1 forward+backward",
+         lambda: torch.autograd.grad(nj.grid_pull(x2, g2, **opts1), (x2, g2), gout2), 0)]
     if hb is not None:
         extras.append(("pull1_bf16", "pull order 1 bfloat16 data, float32 grid",
                        lambda: nj.grid_pull(hb, grid, **opts1), P * 3 * f4 + (P + N) * 2))
@@ -239,7 +266,11 @@ def main(argv=None):
             row(key, label, timed(fn, device, args.repeat), nbytes)
         except Exception as e:  # noqa: BLE001
             print(f"  {label}: FAILED {type(e).__name__}: {e}", flush=True)
-    del hb
+    del hb, agrid, x2, g2, gs2, gout2
+    for a, b in [("affine_grid_pull1", "affine_pull1"), ("affine_grid_pull3", "affine_pull3"),
+                 ("fb2d_grid_sample", "fb2d_pull1")]:
+        if a in res and b in res:
+            print(f"ratio {a} / {b} (time): {res[a]['ms'] / res[b]['ms']:.2f}")
 
     print()
     print_table(rows, ["op", "ms", "GB/s", "of copy bw"])
