@@ -1,0 +1,331 @@
+// 2-D fast paths on CPU, float32, AVX2 + FMA (compiled for that target only, chosen at run time
+// when the CPU has it): grid_pull of orders 1 and 3 (pull_cpu.cpp) and grid_pull_backward of
+// order 1 (push_cpu.cpp), both dims of the same order.
+//
+// Eight points of a grid row at a time: coordinates, interior test, weights and base indices in
+// vector registers; the taps of a source row are read two at a time (one 64-bit gather lane per
+// point reads the adjacent pair i, i+1, half the gather work of one lane per tap); weights are
+// computed once per point and reused across channels. A point whose support leaves the source
+// (or that is out of range, or non-finite) is redone by the scalar fast path, which applies
+// the bound and extrapolate rules.
+#pragma once
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+
+#include "pushpull_cpu.h"
+
+#define NJ_PULL2D_AVX2 1
+
+namespace nitorch_jit {
+namespace pushpull {
+namespace cpu {
+
+// Lanes hold the points of an 8-point block in the order S = 0 1 4 5 2 3 6 7: what the
+// deinterleave of a packed [.., 2] grid yields, and what the pair gathers take as indices (the
+// pairs of points 0 1 4 5 and 2 3 6 7 deinterleave to the natural order). nat() maps S to the
+// natural order (64-bit chunks 0 2 1 3).
+#define NJ_AVX2 __attribute__((target("avx2,fma"), always_inline)) inline
+
+NJ_AVX2 __m256 nat_ps(__m256 v) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
+}
+
+// Cubic B-spline weights of the taps i0 .. i0+3 at fractional position u (spline.h's
+// SplineTaps<3, 0>, with FMAs).
+NJ_AVX2 void cubic_weights(__m256 u, __m256* w) {
+  const __m256 s = _mm256_set1_ps(1.f / 6.f);
+  const __m256 one = _mm256_set1_ps(1.f), three = _mm256_set1_ps(3.f);
+  const __m256 u2 = _mm256_mul_ps(u, u), u3 = _mm256_mul_ps(u2, u);
+  // w0 = (1 - u)^3 / 6
+  const __m256 v = _mm256_sub_ps(one, u);
+  w[0] = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(v, v), v), s);
+  // w1 = (3u^3 - 6u^2 + 4) / 6
+  w[1] = _mm256_mul_ps(
+      _mm256_fmadd_ps(_mm256_set1_ps(3.f), u3,
+                      _mm256_fmadd_ps(_mm256_set1_ps(-6.f), u2, _mm256_set1_ps(4.f))),
+      s);
+  // w2 = (-3u^3 + 3u^2 + 3u + 1) / 6
+  w[2] = _mm256_mul_ps(
+      _mm256_fmadd_ps(_mm256_set1_ps(-3.f), u3,
+                      _mm256_fmadd_ps(three, u2, _mm256_fmadd_ps(three, u, one))),
+      s);
+  w[3] = _mm256_mul_ps(u3, s);
+}
+
+// Taps k and k+1 of one source row for 8 points (natural order): row + base[lane] + {0, 1}.
+NJ_AVX2 void tap_pairs(const float* row, __m128i blo, __m128i bhi, __m256& t0, __m256& t1) {
+  const double* r = reinterpret_cast<const double*>(row);
+  const __m256 lo = _mm256_castpd_ps(_mm256_i32gather_pd(r, blo, 4));
+  const __m256 hi = _mm256_castpd_ps(_mm256_i32gather_pd(r, bhi, 4));
+  t0 = _mm256_shuffle_ps(lo, hi, 0x88);
+  t1 = _mm256_shuffle_ps(lo, hi, 0xDD);
+}
+
+// One 8-point block of a grid row, what every 2-D fast path needs: base indices (S order, 0 for
+// lanes outside), which lanes are interior (natural order) and the fractional positions.
+struct Block2d {
+  __m128i blo, bhi;  // base index i1 * s1 + i2 of the lanes S 0..3 and S 4..7
+  int in_mask;       // bit j: point j of the block has its whole support inside the source
+  __m256 u1, u2;     // fractional positions along internal dims 1 and 2 (natural order)
+};
+
+// Reads the coordinates of 8 consecutive points of a grid row (internal dims 1, 2) for order O.
+template <int O>
+struct Coords2d {
+  int64_t g2, gD;
+  bool packed;  // a contiguous [.., 2] grid: plain loads
+  __m256i lane, lim1, lim2, s1;
+  __m256 shift;
+
+  __attribute__((target("avx2,fma"))) explicit Coords2d(const Geom& G)
+      : g2(G.g[2]), gD(G.gD), packed(G.gD == 1 && G.g[2] == 2) {
+    lane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7),
+                              _mm256_set1_epi32(static_cast<int>(g2)));
+    shift = _mm256_set1_ps(static_cast<float>((O - 1) / 2));  // first tap offset
+    // interior: 0 <= i0 and i0 + O <= n - 1
+    lim1 = _mm256_set1_epi32(static_cast<int>(G.src[1] - O));
+    lim2 = _mm256_set1_epi32(static_cast<int>(G.src[2] - O));
+    s1 = _mm256_set1_epi32(static_cast<int>(G.sst[1]));
+  }
+
+  __attribute__((target("avx2,fma"), always_inline)) inline void load(const float* g,
+                                                                      Block2d& blk) const {
+    __m256 x1, x2;
+    if (packed) {
+      const __m256 a = _mm256_loadu_ps(g), b = _mm256_loadu_ps(g + 8);
+      x1 = _mm256_shuffle_ps(a, b, 0x88);
+      x2 = _mm256_shuffle_ps(a, b, 0xDD);
+    } else {
+      x1 = _mm256_i32gather_ps(g, lane, 4);
+      x2 = _mm256_i32gather_ps(g + gD, lane, 4);
+    }
+    x1 = _mm256_sub_ps(x1, shift);
+    x2 = _mm256_sub_ps(x2, shift);
+    const __m256 f1 = _mm256_floor_ps(x1), f2 = _mm256_floor_ps(x2);
+    const __m256i i1 = _mm256_cvttps_epi32(f1), i2 = _mm256_cvttps_epi32(f2);  // NaN -> INT_MIN
+    const __m256i minus1 = _mm256_set1_epi32(-1);
+    const __m256i inside = _mm256_and_si256(
+        _mm256_and_si256(_mm256_cmpgt_epi32(lim1, i1), _mm256_cmpgt_epi32(i1, minus1)),
+        _mm256_and_si256(_mm256_cmpgt_epi32(lim2, i2), _mm256_cmpgt_epi32(i2, minus1)));
+    // lanes whose support leaves the source read voxel 0 (a safe address: every dim has
+    // >= O + 1 voxels) and are redone by the scalar path
+    const __m256i base =
+        _mm256_and_si256(_mm256_add_epi32(_mm256_mullo_epi32(i1, s1), i2), inside);
+    blk.blo = _mm256_castsi256_si128(base);
+    blk.bhi = _mm256_extracti128_si256(base, 1);
+    blk.in_mask = _mm256_movemask_ps(nat_ps(_mm256_castsi256_ps(inside)));
+    blk.u1 = nat_ps(_mm256_sub_ps(x1, f1));
+    blk.u2 = nat_ps(_mm256_sub_ps(x2, f2));
+  }
+};
+
+template <int O, class Op>
+struct Pull2dAvx2 {
+  static_assert(O == 1 || O == 3, "orders 1 and 3");
+  const Geom& G;
+  const Op& op;
+  FastPoint<float, O, 2, 0, Op> scalar;
+  const CoordRule<float> rule;
+
+  Pull2dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), scalar(G_, op_), rule(G_, 2) {}
+
+  __attribute__((target("avx2,fma"))) void row(Point pt, const float* gp, int64_t count) {
+    const Coords2d<O> coords(G);
+    const int64_t s1l = G.sst[1];
+    const float* ib = op.in + pt.b * op.sB;
+    float* ob = op.out + pt.b * op.C * op.P + pt.p;
+    int64_t l = 0;
+    for (; l + 8 <= count; l += 8) {
+      Block2d blk;
+      coords.load(gp + l * G.g[2], blk);
+      __m256 w1[O + 1], w2[O + 1];
+      if constexpr (O == 1) {
+        const __m256 one = _mm256_set1_ps(1.f);
+        w1[0] = _mm256_sub_ps(one, blk.u1);
+        w1[1] = blk.u1;
+        w2[0] = _mm256_sub_ps(one, blk.u2);
+        w2[1] = blk.u2;
+      } else {
+        cubic_weights(blk.u1, w1);
+        cubic_weights(blk.u2, w2);
+      }
+      for (int64_t c = 0; c < op.C; ++c) {
+        const float* img = ib + c * op.sC;
+        __m256 acc = _mm256_setzero_ps();
+        for (int r = 0; r <= O; ++r) {
+          const float* src_row = img + r * s1l;
+          __m256 t[O + 1];
+          tap_pairs(src_row, blk.blo, blk.bhi, t[0], t[1]);
+          if constexpr (O == 3) tap_pairs(src_row + 2, blk.blo, blk.bhi, t[2], t[3]);
+          __m256 v = _mm256_mul_ps(w2[0], t[0]);
+          for (int k = 1; k <= O; ++k) v = _mm256_fmadd_ps(w2[k], t[k], v);
+          acc = r == 0 ? _mm256_mul_ps(w1[0], v) : _mm256_fmadd_ps(w1[r], v, acc);
+        }
+        _mm256_storeu_ps(ob + c * op.P + l, acc);
+      }
+      if (blk.in_mask != 0xFF) {
+        // The scalar path may call SSE (non-VEX) code: clear the upper halves first.
+        _mm256_zeroupper();
+        for (int j = 0; j < 8; ++j)
+          if (!((blk.in_mask >> j) & 1)) point(pt, gp, l + j);
+      }
+    }
+    _mm256_zeroupper();
+    for (; l < count; ++l) point(pt, gp, l);
+  }
+
+  // point j of the row, scalar (out of line: keeps the vector loop's registers free)
+  __attribute__((noinline)) void point(Point pt, const float* gp, int64_t j) {
+    pt.p += j;
+    pt.i[2] += j;
+    float x[3] = {0.f, 0.f, 0.f};
+    const bool ok = rule.load(gp + j * G.g[2], x);
+    scalar(pt, x, ok);
+  }
+};
+
+// grid_pull_backward, order 1: per block, the weights once; per channel, the 4 taps of each
+// point (two pair gathers), the grid gradient contracted with the incoming gradient in vector
+// registers, and the 4 scatter adds of each interior point in scalar code (points of one block
+// may share voxels), in the order of the scalar path (point by point, so the same sums up to
+// rounding). Op is PullBackOp (push_cpu.cpp) adding plainly into op.out.
+template <class Op>
+struct PullBack2dAvx2 {
+  const Geom& G;
+  const Op& op;
+  FastPoint<float, 1, 2, 1, Op> scalar;
+  const CoordRule<float> rule;
+
+  PullBack2dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), scalar(G_, op_), rule(G_, 2) {}
+
+  __attribute__((target("avx2,fma"))) void row(Point pt, const float* gp, int64_t count) {
+    const Coords2d<1> coords(G);
+    const int64_t s1 = G.sst[1];
+    const int64_t vstep = op.gs.s[2];  // incoming gradient: stride along the row
+    const __m256i vlane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_epi32(static_cast<int>(vstep)));
+    const float* vrow = op.gr + op.gs.at(pt);
+    const float* ib = op.in + pt.b * op.sB;
+    float* ob = op.out + pt.b * op.C * op.N;
+    float* gg = op.gg + (pt.b * op.P + pt.p) * 2;
+    const __m256 one = _mm256_set1_ps(1.f);
+    int64_t l = 0;
+    for (; l + 8 <= count; l += 8) {
+      Block2d blk;
+      coords.load(gp + l * G.g[2], blk);
+      const __m256 w10 = _mm256_sub_ps(one, blk.u1), w11 = blk.u1;
+      const __m256 w20 = _mm256_sub_ps(one, blk.u2), w21 = blk.u2;
+      alignas(32) int32_t idx[8];  // base indices, natural order
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
+                         _mm256_castps_si256(nat_ps(_mm256_castsi256_ps(
+                             _mm256_set_m128i(blk.bhi, blk.blo)))));
+      __m256 acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+      for (int64_t c = 0; c < op.C; ++c) {
+        const float* vp = vrow + c * op.gs.sC + l * vstep;
+        const __m256 v = vstep == 1 ? _mm256_loadu_ps(vp) : _mm256_i32gather_ps(vp, vlane, 4);
+        const float* img = ib + c * op.sC;
+        __m256 t00, t01, t10, t11;
+        tap_pairs(img, blk.blo, blk.bhi, t00, t01);
+        tap_pairs(img + s1, blk.blo, blk.bhi, t10, t11);
+        // d/du1 and d/du2 of the bilinear form
+        const __m256 r0 = _mm256_fmadd_ps(w21, t01, _mm256_mul_ps(w20, t00));
+        const __m256 r1 = _mm256_fmadd_ps(w21, t11, _mm256_mul_ps(w20, t10));
+        const __m256 d1 = _mm256_sub_ps(r1, r0);
+        const __m256 d2 = _mm256_fmadd_ps(w11, _mm256_sub_ps(t11, t10),
+                                          _mm256_mul_ps(w10, _mm256_sub_ps(t01, t00)));
+        // a zero incoming gradient adds nothing (as in the scalar path: not even 0 * inf)
+        const __m256 nz = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+        acc1 = _mm256_add_ps(acc1, _mm256_and_ps(nz, _mm256_mul_ps(v, d1)));
+        acc2 = _mm256_add_ps(acc2, _mm256_and_ps(nz, _mm256_mul_ps(v, d2)));
+        const __m256 a0 = _mm256_mul_ps(w10, v), a1 = _mm256_mul_ps(w11, v);
+        alignas(32) float p00[8], p01[8], p10[8], p11[8];
+        _mm256_store_ps(p00, _mm256_mul_ps(a0, w20));
+        _mm256_store_ps(p01, _mm256_mul_ps(a0, w21));
+        _mm256_store_ps(p10, _mm256_mul_ps(a1, w20));
+        _mm256_store_ps(p11, _mm256_mul_ps(a1, w21));
+        float* out = ob + c * op.N;
+        for (int j = 0; j < 8; ++j) {
+          if (!((blk.in_mask >> j) & 1)) continue;
+          float* o = out + idx[j];
+          o[0] += p00[j];
+          o[1] += p01[j];
+          o[s1] += p10[j];
+          o[s1 + 1] += p11[j];
+        }
+      }
+      // grid gradient [.., 2] interleaved: (acc1[j], acc2[j]) for j = 0..7
+      const __m256 lo = _mm256_unpacklo_ps(acc1, acc2), hi = _mm256_unpackhi_ps(acc1, acc2);
+      _mm256_storeu_ps(gg + 2 * l, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_storeu_ps(gg + 2 * l + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+      if (blk.in_mask != 0xFF) {
+        _mm256_zeroupper();
+        for (int j = 0; j < 8; ++j)
+          if (!((blk.in_mask >> j) & 1)) point(pt, gp, l + j);
+      }
+    }
+    _mm256_zeroupper();
+    for (; l < count; ++l) point(pt, gp, l);
+  }
+
+  __attribute__((noinline)) void point(Point pt, const float* gp, int64_t j) {
+    pt.p += j;
+    pt.i[2] += j;
+    float x[3] = {0.f, 0.f, 0.f};
+    const bool ok = rule.load(gp + j * G.g[2], x);
+    scalar(pt, x, ok);
+  }
+};
+#undef NJ_AVX2
+
+// The order (1 or 3) of the 2-D fast paths for G, or 0 when they do not apply.
+inline int fast2d_avx2_order(const Geom& G) {
+  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (!cpu || G.D != 2) return 0;
+  const int o = G.order[1];
+  if ((o != 1 && o != 3) || G.order[2] != o || G.sst[2] != 1) return 0;
+  const char* env = std::getenv("NI_JIT_DISABLE_AVX2");
+  if (env && *env && *env != '0') return 0;
+  constexpr int64_t kMax = 0x7fffffff;
+  // size >= O + 1: a masked lane reads the taps of voxel 0, which must exist
+  for (int k = 1; k < 3; ++k)
+    if (G.src[k] < o + 1 || G.src[k] > kMax) return 0;
+  if (G.sst[1] < 0 || (G.src[1] - 1) * G.sst[1] + G.src[2] > kMax) return 0;  // int32 indices
+  return 7 * G.g[2] + G.gD <= kMax ? o : 0;
+}
+
+template <class Op>
+bool try_pull2d_avx2(const Geom& G, const float* grid, const Op& op) {
+  const int o = fast2d_avx2_order(G);
+  if (o == 0) return false;
+  at::parallel_for(0, G.B * G.P, grain_size(G), [&](int64_t b, int64_t e) {
+    auto run = [&](auto kernel) {
+      for_rows(G, grid, b, e, [&](Point pt, const float* gp, int64_t count) {
+        kernel.row(pt, gp, count);
+      });
+    };
+    if (o == 1)
+      run(Pull2dAvx2<1, Op>(G, op));
+    else
+      run(Pull2dAvx2<3, Op>(G, op));
+  });
+  return true;
+}
+
+// The points [begin, end) of grid_pull_backward (order 1) into op.out; false when the fast
+// path does not apply (the caller then runs the generic loop).
+template <class Op>
+bool try_pullback2d_avx2(const Geom& G, const float* grid, int64_t begin, int64_t end,
+                         const Op& op) {
+  if (fast2d_avx2_order(G) != 1 || op.gs.s[2] * 7 > 0x7fffffff) return false;
+  PullBack2dAvx2<Op> kernel(G, op);
+  for_rows(G, grid, begin, end, [&](Point pt, const float* gp, int64_t count) {
+    kernel.row(pt, gp, count);
+  });
+  return true;
+}
+
+}  // namespace cpu
+}  // namespace pushpull
+}  // namespace nitorch_jit
+#endif  // AVX2 path
