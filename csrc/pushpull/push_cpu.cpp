@@ -7,7 +7,7 @@
 
 #include <tuple>
 
-#include "fast2d_cpu.h"
+#include "fastpath_cpu.h"
 #include "pushpull_cpu.h"
 #include "pushpull_tensor.h"
 
@@ -161,11 +161,11 @@ struct PullBackOp {
     T* o = gg + (pt.b * P + pt.p) * D;
     for (int d = 0; d < D; ++d) o[d] = T(0);
   }
-  // the 2-D order-1 float32 fast path (fast2d_cpu.h), taken by scatter_run when it applies
+  // the order-1 float32 fast path (2-D, 3-D) (fastpath_cpu.h), taken by scatter_run when it applies
   bool fast_range(const Geom& G, const T* grid, int64_t begin, int64_t end) const {
-#ifdef NJ_PULL2D_AVX2
+#ifdef NJ_FASTPATH_AVX2
     if constexpr (std::is_same_v<T, float> && std::is_same_v<Add, PlainAdd>)
-      return try_pullback2d_avx2(G, grid, begin, end, *this);
+      return try_pullback_avx2(G, grid, begin, end, *this);
 #endif
     return false;
   }

@@ -1,6 +1,7 @@
-// 2-D fast paths on CPU, float32, AVX2 + FMA (compiled for that target only, chosen at run time
-// when the CPU has it): grid_pull of orders 1 and 3 (pull_cpu.cpp) and grid_pull_backward of
-// order 1 (push_cpu.cpp), both dims of the same order.
+// Fast paths on CPU, float32, AVX2 + FMA (compiled for that target only, chosen at run time when
+// the CPU has it), every dim of the same order: 2-D grid_pull of orders 1 and 3 (pull_cpu.cpp;
+// 3-D order 1 has its own path there) and grid_pull_backward of order 1 in 2-D and 3-D
+// (push_cpu.cpp).
 //
 // Eight points of a grid row at a time: coordinates, interior test, weights and base indices in
 // vector registers; the taps of a source row are read two at a time (one 64-bit gather lane per
@@ -15,7 +16,7 @@
 
 #include "pushpull_cpu.h"
 
-#define NJ_PULL2D_AVX2 1
+#define NJ_FASTPATH_AVX2 1
 
 namespace nitorch_jit {
 namespace pushpull {
@@ -276,6 +277,155 @@ struct PullBack2dAvx2 {
     scalar(pt, x, ok);
   }
 };
+// 3-D, order 1: coordinates of 8 consecutive points (gathered, lanes in S order), the base
+// index i0 * s0 + i1 * s1 + i2 (S order, 0 outside), interior lanes and fractions (natural).
+struct Block3d {
+  __m128i blo, bhi;
+  int in_mask;
+  __m256 u[3];
+};
+
+struct Coords3d {
+  int64_t gD;
+  __m256i lane, lim[3], st[3];
+
+  __attribute__((target("avx2,fma"))) explicit Coords3d(const Geom& G) : gD(G.gD) {
+    lane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7),
+                              _mm256_set1_epi32(static_cast<int>(G.g[2])));
+    for (int k = 0; k < 3; ++k) {
+      lim[k] = _mm256_set1_epi32(static_cast<int>(G.src[k] - 1));
+      st[k] = _mm256_set1_epi32(static_cast<int>(G.sst[k]));
+    }
+  }
+
+  __attribute__((target("avx2,fma"), always_inline)) inline void load(const float* g,
+                                                                      Block3d& blk) const {
+    const __m256i minus1 = _mm256_set1_epi32(-1);
+    __m256i inside = minus1, base = _mm256_setzero_si256();
+    for (int k = 0; k < 3; ++k) {
+      const __m256 x = _mm256_i32gather_ps(g + k * gD, lane, 4);
+      const __m256 f = _mm256_floor_ps(x);
+      const __m256i i = _mm256_cvttps_epi32(f);  // NaN, huge -> INT_MIN: not inside
+      inside = _mm256_and_si256(
+          inside, _mm256_and_si256(_mm256_cmpgt_epi32(lim[k], i), _mm256_cmpgt_epi32(i, minus1)));
+      base = _mm256_add_epi32(base, _mm256_mullo_epi32(i, st[k]));
+      blk.u[k] = nat_ps(_mm256_sub_ps(x, f));
+    }
+    base = _mm256_and_si256(base, inside);
+    blk.blo = _mm256_castsi256_si128(base);
+    blk.bhi = _mm256_extracti128_si256(base, 1);
+    blk.in_mask = _mm256_movemask_ps(nat_ps(_mm256_castsi256_ps(inside)));
+  }
+};
+
+// grid_pull_backward, 3-D, order 1: as PullBack2dAvx2 with 8 taps (four pair gathers per
+// channel) and 8 scalar scatter adds per interior point.
+template <class Op>
+struct PullBack3dAvx2 {
+  const Geom& G;
+  const Op& op;
+  FastPoint<float, 1, 3, 1, Op> scalar;
+  const CoordRule<float> rule;
+
+  PullBack3dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), scalar(G_, op_), rule(G_, 3) {}
+
+  __attribute__((target("avx2,fma"))) void row(Point pt, const float* gp, int64_t count) {
+    const Coords3d coords(G);
+    const int64_t s0 = G.sst[0], s1 = G.sst[1];
+    const int64_t vstep = op.gs.s[2];
+    const __m256i vlane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_epi32(static_cast<int>(vstep)));
+    const float* vrow = op.gr + op.gs.at(pt);
+    const float* ib = op.in + pt.b * op.sB;
+    float* ob = op.out + pt.b * op.C * op.N;
+    float* gg = op.gg + (pt.b * op.P + pt.p) * 3;
+    const __m256 one = _mm256_set1_ps(1.f);
+    int64_t l = 0;
+    for (; l + 8 <= count; l += 8) {
+      Block3d blk;
+      coords.load(gp + l * G.g[2], blk);
+      __m256 w[3][2];
+      for (int k = 0; k < 3; ++k) {
+        w[k][0] = _mm256_sub_ps(one, blk.u[k]);
+        w[k][1] = blk.u[k];
+      }
+      __m256 w01[2][2];  // w0[a] * w1[b]
+      for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b) w01[a][b] = _mm256_mul_ps(w[0][a], w[1][b]);
+      alignas(32) int32_t idx[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
+                         _mm256_castps_si256(nat_ps(_mm256_castsi256_ps(
+                             _mm256_set_m128i(blk.bhi, blk.blo)))));
+      __m256 acc[3] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int64_t c = 0; c < op.C; ++c) {
+        const float* vp = vrow + c * op.gs.sC + l * vstep;
+        const __m256 v = vstep == 1 ? _mm256_loadu_ps(vp) : _mm256_i32gather_ps(vp, vlane, 4);
+        const float* img = ib + c * op.sC;
+        __m256 r[2][2], e[2][2];  // along dim 2: value w2 . t and difference t1 - t0
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b) {
+            __m256 t0, t1;
+            tap_pairs(img + a * s0 + b * s1, blk.blo, blk.bhi, t0, t1);
+            r[a][b] = _mm256_fmadd_ps(w[2][1], t1, _mm256_mul_ps(w[2][0], t0));
+            e[a][b] = _mm256_sub_ps(t1, t0);
+          }
+        __m256 q[2], dq1[2], dq2[2];
+        for (int a = 0; a < 2; ++a) {
+          q[a] = _mm256_fmadd_ps(w[1][1], r[a][1], _mm256_mul_ps(w[1][0], r[a][0]));
+          dq1[a] = _mm256_sub_ps(r[a][1], r[a][0]);
+          dq2[a] = _mm256_fmadd_ps(w[1][1], e[a][1], _mm256_mul_ps(w[1][0], e[a][0]));
+        }
+        const __m256 d0 = _mm256_sub_ps(q[1], q[0]);
+        const __m256 d1 = _mm256_fmadd_ps(w[0][1], dq1[1], _mm256_mul_ps(w[0][0], dq1[0]));
+        const __m256 d2 = _mm256_fmadd_ps(w[0][1], dq2[1], _mm256_mul_ps(w[0][0], dq2[0]));
+        const __m256 nz = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+        acc[0] = _mm256_add_ps(acc[0], _mm256_and_ps(nz, _mm256_mul_ps(v, d0)));
+        acc[1] = _mm256_add_ps(acc[1], _mm256_and_ps(nz, _mm256_mul_ps(v, d1)));
+        acc[2] = _mm256_add_ps(acc[2], _mm256_and_ps(nz, _mm256_mul_ps(v, d2)));
+        alignas(32) float pw[8][8];  // tap (a, b, c) -> row 4a + 2b + c, one column per point
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b) {
+            const __m256 ab = _mm256_mul_ps(w01[a][b], v);
+            _mm256_store_ps(pw[4 * a + 2 * b], _mm256_mul_ps(ab, w[2][0]));
+            _mm256_store_ps(pw[4 * a + 2 * b + 1], _mm256_mul_ps(ab, w[2][1]));
+          }
+        float* out = ob + c * op.N;
+        for (int j = 0; j < 8; ++j) {
+          if (!((blk.in_mask >> j) & 1)) continue;
+          float* o = out + idx[j];
+          o[0] += pw[0][j];
+          o[1] += pw[1][j];
+          o[s1] += pw[2][j];
+          o[s1 + 1] += pw[3][j];
+          o[s0] += pw[4][j];
+          o[s0 + 1] += pw[5][j];
+          o[s0 + s1] += pw[6][j];
+          o[s0 + s1 + 1] += pw[7][j];
+        }
+      }
+      alignas(32) float ga[3][8];
+      for (int k = 0; k < 3; ++k) _mm256_store_ps(ga[k], acc[k]);
+      float* go = gg + 3 * l;
+      for (int j = 0; j < 8; ++j)
+        for (int k = 0; k < 3; ++k) go[3 * j + k] = ga[k][j];
+      if (blk.in_mask != 0xFF) {
+        _mm256_zeroupper();
+        for (int j = 0; j < 8; ++j)
+          if (!((blk.in_mask >> j) & 1)) point(pt, gp, l + j);
+      }
+    }
+    _mm256_zeroupper();
+    for (; l < count; ++l) point(pt, gp, l);
+  }
+
+  __attribute__((noinline)) void point(Point pt, const float* gp, int64_t j) {
+    pt.p += j;
+    pt.i[2] += j;
+    float x[3] = {0.f, 0.f, 0.f};
+    const bool ok = rule.load(gp + j * G.g[2], x);
+    scalar(pt, x, ok);
+  }
+};
 #undef NJ_AVX2
 
 // The order (1 or 3) of the 2-D fast paths for G, or 0 when they do not apply.
@@ -312,16 +462,40 @@ bool try_pull2d_avx2(const Geom& G, const float* grid, const Op& op) {
   return true;
 }
 
-// The points [begin, end) of grid_pull_backward (order 1) into op.out; false when the fast
-// path does not apply (the caller then runs the generic loop).
+// Whether the 3-D order-1 fast path applies to G (as fast2d_avx2_order).
+inline bool fast3d_avx2_order1(const Geom& G) {
+  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (!cpu || G.D != 3 || G.sst[2] != 1) return false;
+  for (int k = 0; k < 3; ++k)
+    if (G.order[k] != 1) return false;
+  const char* env = std::getenv("NI_JIT_DISABLE_AVX2");
+  if (env && *env && *env != '0') return false;
+  constexpr int64_t kMax = 0x7fffffff;
+  int64_t span = 0;
+  for (int k = 0; k < 3; ++k) {
+    if (G.src[k] < 2 || G.src[k] > kMax || G.sst[k] < 0) return false;
+    span += (G.src[k] - 1) * G.sst[k];
+  }
+  return span < kMax && 7 * G.g[2] + 2 * G.gD <= kMax;
+}
+
+// The points [begin, end) of grid_pull_backward (order 1, 2-D or 3-D) into op.out; false when
+// the fast path does not apply (the caller then runs the generic loop).
 template <class Op>
-bool try_pullback2d_avx2(const Geom& G, const float* grid, int64_t begin, int64_t end,
-                         const Op& op) {
-  if (fast2d_avx2_order(G) != 1 || op.gs.s[2] * 7 > 0x7fffffff) return false;
-  PullBack2dAvx2<Op> kernel(G, op);
-  for_rows(G, grid, begin, end, [&](Point pt, const float* gp, int64_t count) {
-    kernel.row(pt, gp, count);
-  });
+bool try_pullback_avx2(const Geom& G, const float* grid, int64_t begin, int64_t end,
+                       const Op& op) {
+  if (op.gs.s[2] * 7 > 0x7fffffff) return false;
+  auto run = [&](auto kernel) {
+    for_rows(G, grid, begin, end, [&](Point pt, const float* gp, int64_t count) {
+      kernel.row(pt, gp, count);
+    });
+  };
+  if (fast2d_avx2_order(G) == 1)
+    run(PullBack2dAvx2<Op>(G, op));
+  else if (fast3d_avx2_order1(G))
+    run(PullBack3dAvx2<Op>(G, op));
+  else
+    return false;
   return true;
 }
 
