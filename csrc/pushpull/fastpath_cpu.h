@@ -1,7 +1,7 @@
 // Fast paths on CPU, float32, AVX2 + FMA (compiled for that target only, chosen at run time when
-// the CPU has it), every dim of the same order: 2-D grid_pull of orders 1 and 3 (pull_cpu.cpp;
-// 3-D order 1 has its own path there) and grid_pull_backward of order 1 in 2-D and 3-D
-// (push_cpu.cpp).
+// the CPU has it), every dim of the same order: grid_pull of orders 1 and 3 in 2-D and order 1
+// in 3-D (pull_cpu.cpp; its older Pull1Avx2 now serves only sources whose last dim is strided)
+// and grid_pull_backward of order 1 in 2-D and 3-D (push_cpu.cpp).
 //
 // Eight points of a grid row at a time: coordinates, interior test, weights and base indices in
 // vector registers; the taps of a source row are read two at a time (one 64-bit gather lane per
@@ -426,6 +426,82 @@ struct PullBack3dAvx2 {
     scalar(pt, x, ok);
   }
 };
+// grid_pull, 3-D, order 1: four pair gathers per channel (half the gather work of one lane per
+// tap), weights once per block for every channel.
+template <class Op>
+struct Pull3dAvx2 {
+  const Geom& G;
+  const Op& op;
+  FastPoint<float, 1, 3, 0, Op> scalar;
+  const CoordRule<float> rule;
+
+  Pull3dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), scalar(G_, op_), rule(G_, 3) {}
+
+  // Up to kBlocks blocks of a row are prepared (indices, weights) before the channel loop, which
+  // then walks one channel's rows at a time: with all channels inside the block loop, 8
+  // channels are 32 streams of source rows, more than the hardware prefetchers follow.
+  static constexpr int kBlocks = 16;
+
+  __attribute__((target("avx2,fma"))) void row(Point pt, const float* gp, int64_t count) {
+    const Coords3d coords(G);
+    const int64_t s0 = G.sst[0], s1 = G.sst[1];
+    const float* ib = op.in + pt.b * op.sB;
+    float* ob = op.out + pt.b * op.C * op.P + pt.p;
+    const __m256 one = _mm256_set1_ps(1.f);
+    Block3d blk[kBlocks];
+    __m256 w[kBlocks][3][2];
+    int64_t l = 0;
+    while (l + 8 <= count) {
+      const int nb = static_cast<int>(std::min<int64_t>(kBlocks, (count - l) / 8));
+      for (int j = 0; j < nb; ++j) {
+        coords.load(gp + (l + 8 * j) * G.g[2], blk[j]);
+        for (int k = 0; k < 3; ++k) {
+          w[j][k][0] = _mm256_sub_ps(one, blk[j].u[k]);
+          w[j][k][1] = blk[j].u[k];
+        }
+      }
+      for (int64_t c = 0; c < op.C; ++c) {
+        const float* img = ib + c * op.sC;
+        float* oc = ob + c * op.P + l;
+        for (int j = 0; j < nb; ++j) {
+          const __m256(&wj)[3][2] = w[j];
+          __m256 q[2];
+          for (int a = 0; a < 2; ++a) {
+            __m256 r[2];
+            for (int b = 0; b < 2; ++b) {
+              __m256 t0, t1;
+              tap_pairs(img + a * s0 + b * s1, blk[j].blo, blk[j].bhi, t0, t1);
+              r[b] = _mm256_fmadd_ps(wj[2][1], t1, _mm256_mul_ps(wj[2][0], t0));
+            }
+            q[a] = _mm256_fmadd_ps(wj[1][1], r[1], _mm256_mul_ps(wj[1][0], r[0]));
+          }
+          _mm256_storeu_ps(oc + 8 * j,
+                           _mm256_fmadd_ps(wj[0][1], q[1], _mm256_mul_ps(wj[0][0], q[0])));
+        }
+      }
+      bool all_in = true;
+      for (int j = 0; j < nb; ++j) all_in = all_in && blk[j].in_mask == 0xFF;
+      if (!all_in) {
+        _mm256_zeroupper();
+        for (int j = 0; j < nb; ++j)
+          for (int i = 0; i < 8; ++i)
+            if (!((blk[j].in_mask >> i) & 1)) point(pt, gp, l + 8 * j + i);
+      }
+      l += 8 * nb;
+    }
+    _mm256_zeroupper();
+    for (; l < count; ++l) point(pt, gp, l);
+  }
+
+  __attribute__((noinline)) void point(Point pt, const float* gp, int64_t j) {
+    pt.p += j;
+    pt.i[2] += j;
+    float x[3] = {0.f, 0.f, 0.f};
+    const bool ok = rule.load(gp + j * G.g[2], x);
+    scalar(pt, x, ok);
+  }
+};
+
 #undef NJ_AVX2
 
 // The order (1 or 3) of the 2-D fast paths for G, or 0 when they do not apply.
@@ -444,24 +520,6 @@ inline int fast2d_avx2_order(const Geom& G) {
   return 7 * G.g[2] + G.gD <= kMax ? o : 0;
 }
 
-template <class Op>
-bool try_pull2d_avx2(const Geom& G, const float* grid, const Op& op) {
-  const int o = fast2d_avx2_order(G);
-  if (o == 0) return false;
-  at::parallel_for(0, G.B * G.P, grain_size(G), [&](int64_t b, int64_t e) {
-    auto run = [&](auto kernel) {
-      for_rows(G, grid, b, e, [&](Point pt, const float* gp, int64_t count) {
-        kernel.row(pt, gp, count);
-      });
-    };
-    if (o == 1)
-      run(Pull2dAvx2<1, Op>(G, op));
-    else
-      run(Pull2dAvx2<3, Op>(G, op));
-  });
-  return true;
-}
-
 // Whether the 3-D order-1 fast path applies to G (as fast2d_avx2_order).
 inline bool fast3d_avx2_order1(const Geom& G) {
   static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -477,6 +535,29 @@ inline bool fast3d_avx2_order1(const Geom& G) {
     span += (G.src[k] - 1) * G.sst[k];
   }
   return span < kMax && 7 * G.g[2] + 2 * G.gD <= kMax;
+}
+
+// grid_pull through the 2-D (orders 1, 3) or 3-D (order 1) fast path; false when neither
+// applies.
+template <class Op>
+bool try_pull_avx2(const Geom& G, const float* grid, const Op& op) {
+  const int o = fast2d_avx2_order(G);
+  const bool three = o == 0 && fast3d_avx2_order1(G);
+  if (o == 0 && !three) return false;
+  at::parallel_for(0, G.B * G.P, grain_size(G), [&](int64_t b, int64_t e) {
+    auto run = [&](auto kernel) {
+      for_rows(G, grid, b, e, [&](Point pt, const float* gp, int64_t count) {
+        kernel.row(pt, gp, count);
+      });
+    };
+    if (three)
+      run(Pull3dAvx2<Op>(G, op));
+    else if (o == 1)
+      run(Pull2dAvx2<1, Op>(G, op));
+    else
+      run(Pull2dAvx2<3, Op>(G, op));
+  });
+  return true;
 }
 
 // The points [begin, end) of grid_pull_backward (order 1, 2-D or 3-D) into op.out; false when

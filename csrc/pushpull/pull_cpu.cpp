@@ -236,7 +236,7 @@ at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
                         out.data_ptr<scalar_t>(), G.C, G.P};
 #ifdef NJ_FASTPATH_AVX2
     if constexpr (std::is_same_v<scalar_t, float>)
-      if (try_pull2d_avx2(G, grid.const_data_ptr<float>(), op)) return;
+      if (try_pull_avx2(G, grid.const_data_ptr<float>(), op)) return;
 #endif
     if (try_pull1_avx2(G, grid.const_data_ptr<scalar_t>(), op)) return;
     gather_run<scalar_t, 0, kPullFast>(G, grid.const_data_ptr<scalar_t>(), op);
