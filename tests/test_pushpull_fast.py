@@ -1,7 +1,7 @@
 """The CPU fast paths of csrc/pushpull/fastpath_cpu.h and the batch-split scatter.
 
-Fast paths (float32, AVX2 + FMA, every dim of one order): 2-D grid_pull of orders 1 and 3, and
-grid_pull_backward of order 1 in 2-D and 3-D. Each is checked on the cases it takes and on its
+Fast paths (float32, AVX2 + FMA, every dim of one order): grid_pull of orders 1 and 3 in 2-D
+and of order 1 in 3-D, and grid_pull_backward of order 1 in 2-D and 3-D. Each is checked on the cases it takes and on its
 borders (points whose support leaves the source go back to the scalar path, one by one) against
 two references: the pure-PyTorch twin (nitorch_jit/torch_impl/pushpull.py) in float64 on the
 same float32 data, and the scalar C path (NI_JIT_DISABLE_AVX2=1). Cases: every bound,
@@ -105,6 +105,33 @@ def test_pull2d(C, TORCH, monkeypatch, order, bound, ex):
             assert_close(out, ref)
             twin = TORCH.grid_pull(img.double(), g.double(), [order] * 2, [b] * 2, ex)
             twin_close(out, twin, g)
+
+
+@pytest.mark.parametrize("bound", BOUNDS)
+@pytest.mark.parametrize("ex", [False, True])
+def test_pull3d(C, TORCH, monkeypatch, bound, ex):
+    """3-D order 1, rows of 19 points: two blocks of 8 and a scalar tail."""
+    b = BOUNDS.index(bound)
+    S, O = (5, 6, 7), (3, 2, 19)
+    for Cn, B in [(1, 1), (3, 2), (8, 1)]:
+        img = data(B, Cn, *S)
+        grid = coords(B, O, S)
+        for g in (grid, grid.transpose(1, 3).contiguous().transpose(1, 3)):
+            args = ([1] * 3, [b] * 3, ex)
+            out = C.grid_pull(img, g, *args)
+            assert_close(out, scalar_path(monkeypatch, lambda: C.grid_pull(img, g, *args)))
+            twin_close(out, TORCH.grid_pull(img.double(), g.double(), *args), g)
+
+
+def test_pull3d_long_rows(C, TORCH, monkeypatch):
+    """Rows of 300 points: more blocks than one pass prepares (16), borders in each pass."""
+    S, O = (6, 5, 40), (2, 1, 300)
+    img = data(1, 8, *S)
+    grid = coords(1, O, S, margin=1.5)
+    args = ([1] * 3, [2] * 3, False)
+    out = C.grid_pull(img, grid, *args)
+    assert_close(out, scalar_path(monkeypatch, lambda: C.grid_pull(img, grid, *args)))
+    twin_close(out, TORCH.grid_pull(img.double(), grid.double(), *args), grid)
 
 
 @pytest.mark.parametrize("order", [1, 3])
