@@ -1,10 +1,11 @@
 """The CPU fast paths of csrc/pushpull/fastpath_cpu.h and the batch-split scatter.
 
 Fast paths (float32, AVX2 + FMA, every dim of one order): grid_pull of orders 1 and 3 in 2-D
-and of order 1 in 3-D, and grid_pull_backward of order 1 in 2-D and 3-D. Each is checked on the cases it takes and on its
-borders (points whose support leaves the source go back to the scalar path, one by one) against
-two references: the pure-PyTorch twin (nitorch_jit/torch_impl/pushpull.py) in float64 on the
-same float32 data, and the scalar C path (NI_JIT_DISABLE_AVX2=1). Cases: every bound,
+and of order 1 in 3-D, and grid_pull_backward of order 1 in 2-D and 3-D. Each is checked on the
+cases it takes and on its borders (points whose support leaves the source go back to the
+scalar path, one by one) against two references: the pure-PyTorch twin
+(nitorch_jit/torch_impl/pushpull.py) in float64 on the same float32 data, and the scalar C path
+(NI_JIT_DISABLE_AVX2=1). Cases: every bound,
 extrapolate on and off, points out of range, NaN / inf / huge coordinates, rows that are not a
 multiple of 8 points, non-contiguous grids (gathered coordinates), incoming gradients and inputs
 (the latter declines the fast path), 1 / 3 / 8 channels, batches and a broadcast input batch.
@@ -143,11 +144,13 @@ def test_pull2d_layouts(C, TORCH, order):
     grid = coords(2, O, S)
     args = ([order] * 2, [2] * 2, True)
     ref = TORCH.grid_pull(img.double(), grid.double(), *args)
-    twin_close(C.grid_pull(img.transpose(2, 3).contiguous().transpose(2, 3), grid, *args), ref, grid)
+    strided = img.transpose(2, 3).contiguous().transpose(2, 3)
+    twin_close(C.grid_pull(strided, grid, *args), ref, grid)
     for S in [(order + 1, order + 1), (order, order + 3)]:
         small = data(1, 2, *S)
         g = coords(1, O, S)
-        twin_close(C.grid_pull(small, g, *args), TORCH.grid_pull(small.double(), g.double(), *args), g)
+        ref = TORCH.grid_pull(small.double(), g.double(), *args)
+        twin_close(C.grid_pull(small, g, *args), ref, g)
     one = data(1, 3, *S)
     grid3 = coords(3, O, S)
     out = nj.grid_pull(one, grid3, interpolation=order, bound="dct2", extrapolate=True)
@@ -242,6 +245,7 @@ def test_fast_paths_taken(C, monkeypatch):
         fast = C.grid_pull(img, grid, *args)
         slow = scalar_path(monkeypatch, lambda: C.grid_pull(img, grid, *args))
         assert not torch.equal(fast, slow)
-    fast = C.grid_pull_backward(img, img, grid, [1, 1], [0, 0], True)[1]
-    slow = scalar_path(monkeypatch, lambda: C.grid_pull_backward(img, img, grid, [1, 1], [0, 0], True))[1]
+    args = ([1, 1], [0, 0], True)
+    fast = C.grid_pull_backward(img, img, grid, *args)[1]
+    slow = scalar_path(monkeypatch, lambda: C.grid_pull_backward(img, img, grid, *args))[1]
     assert not torch.equal(fast, slow)

@@ -161,7 +161,7 @@ struct PullBackOp {
     T* o = gg + (pt.b * P + pt.p) * D;
     for (int d = 0; d < D; ++d) o[d] = T(0);
   }
-  // the order-1 float32 fast path (2-D, 3-D) (fastpath_cpu.h), taken by scatter_run when it applies
+  // order 1, float32, 2-D or 3-D: the vector path of fastpath_cpu.h (scatter_run asks first)
   bool fast_range(const Geom& G, const T* grid, int64_t begin, int64_t end) const {
 #ifdef NJ_FASTPATH_AVX2
     if constexpr (std::is_same_v<T, float> && std::is_same_v<Add, PlainAdd>)

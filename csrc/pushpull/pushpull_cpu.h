@@ -450,7 +450,8 @@ void scatter_run(const Geom& G, const T* grid, T* out, int64_t out_numel, MakeOp
   if (batch_split_ok(G.B, nt)) {
     // Points of batch b scatter only into out[b]: threads owning whole batches never share an
     // output voxel, so no private copies (memset + reduction) and no atomics are needed.
-    at::parallel_for(0, G.B, 1, [&](int64_t bb, int64_t be) { run_plain(bb * G.P, be * G.P, out); });
+    at::parallel_for(0, G.B, 1,
+                     [&](int64_t bb, int64_t be) { run_plain(bb * G.P, be * G.P, out); });
     return;
   }
   const int64_t bytes = (nt - 1) * out_numel * static_cast<int64_t>(sizeof(T));
