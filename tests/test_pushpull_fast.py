@@ -125,7 +125,7 @@ def test_pull3d(C, TORCH, monkeypatch, bound, ex):
 
 
 def test_pull3d_long_rows(C, TORCH, monkeypatch):
-    """Rows of 300 points: more blocks than one pass prepares (16), borders in each pass."""
+    """Rows of 300 points (37 blocks of 8 and a tail), 8 channels, borders at both ends."""
     S, O = (6, 5, 40), (2, 1, 300)
     img = data(1, 8, *S)
     grid = coords(1, O, S, margin=1.5)

@@ -437,57 +437,41 @@ struct Pull3dAvx2 {
 
   Pull3dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), scalar(G_, op_), rule(G_, 3) {}
 
-  // Up to kBlocks blocks of a row are prepared (indices, weights) before the channel loop, which
-  // then walks one channel's rows at a time: with all channels inside the block loop, 8
-  // channels are 32 streams of source rows, more than the hardware prefetchers follow.
-  static constexpr int kBlocks = 16;
-
   __attribute__((target("avx2,fma"))) void row(Point pt, const float* gp, int64_t count) {
     const Coords3d coords(G);
     const int64_t s0 = G.sst[0], s1 = G.sst[1];
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.P + pt.p;
     const __m256 one = _mm256_set1_ps(1.f);
-    Block3d blk[kBlocks];
-    __m256 w[kBlocks][3][2];
     int64_t l = 0;
-    while (l + 8 <= count) {
-      const int nb = static_cast<int>(std::min<int64_t>(kBlocks, (count - l) / 8));
-      for (int j = 0; j < nb; ++j) {
-        coords.load(gp + (l + 8 * j) * G.g[2], blk[j]);
-        for (int k = 0; k < 3; ++k) {
-          w[j][k][0] = _mm256_sub_ps(one, blk[j].u[k]);
-          w[j][k][1] = blk[j].u[k];
-        }
+    for (; l + 8 <= count; l += 8) {
+      Block3d blk;
+      coords.load(gp + l * G.g[2], blk);
+      __m256 w[3][2];
+      for (int k = 0; k < 3; ++k) {
+        w[k][0] = _mm256_sub_ps(one, blk.u[k]);
+        w[k][1] = blk.u[k];
       }
       for (int64_t c = 0; c < op.C; ++c) {
         const float* img = ib + c * op.sC;
-        float* oc = ob + c * op.P + l;
-        for (int j = 0; j < nb; ++j) {
-          const __m256(&wj)[3][2] = w[j];
-          __m256 q[2];
-          for (int a = 0; a < 2; ++a) {
-            __m256 r[2];
-            for (int b = 0; b < 2; ++b) {
-              __m256 t0, t1;
-              tap_pairs(img + a * s0 + b * s1, blk[j].blo, blk[j].bhi, t0, t1);
-              r[b] = _mm256_fmadd_ps(wj[2][1], t1, _mm256_mul_ps(wj[2][0], t0));
-            }
-            q[a] = _mm256_fmadd_ps(wj[1][1], r[1], _mm256_mul_ps(wj[1][0], r[0]));
+        __m256 q[2];
+        for (int a = 0; a < 2; ++a) {
+          __m256 r[2];
+          for (int b = 0; b < 2; ++b) {
+            __m256 t0, t1;
+            tap_pairs(img + a * s0 + b * s1, blk.blo, blk.bhi, t0, t1);
+            r[b] = _mm256_fmadd_ps(w[2][1], t1, _mm256_mul_ps(w[2][0], t0));
           }
-          _mm256_storeu_ps(oc + 8 * j,
-                           _mm256_fmadd_ps(wj[0][1], q[1], _mm256_mul_ps(wj[0][0], q[0])));
+          q[a] = _mm256_fmadd_ps(w[1][1], r[1], _mm256_mul_ps(w[1][0], r[0]));
         }
+        _mm256_storeu_ps(ob + c * op.P + l,
+                         _mm256_fmadd_ps(w[0][1], q[1], _mm256_mul_ps(w[0][0], q[0])));
       }
-      bool all_in = true;
-      for (int j = 0; j < nb; ++j) all_in = all_in && blk[j].in_mask == 0xFF;
-      if (!all_in) {
+      if (blk.in_mask != 0xFF) {
         _mm256_zeroupper();
-        for (int j = 0; j < nb; ++j)
-          for (int i = 0; i < 8; ++i)
-            if (!((blk[j].in_mask >> i) & 1)) point(pt, gp, l + 8 * j + i);
+        for (int j = 0; j < 8; ++j)
+          if (!((blk.in_mask >> j) & 1)) point(pt, gp, l + j);
       }
-      l += 8 * nb;
     }
     _mm256_zeroupper();
     for (; l < count; ++l) point(pt, gp, l);
