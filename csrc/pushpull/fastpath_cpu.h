@@ -63,6 +63,41 @@ NJ_AVX2 void tap_pairs(const float* row, __m128i blo, __m128i bhi, __m256& t0, _
   t1 = _mm256_shuffle_ps(lo, hi, 0xDD);
 }
 
+// The points a vector block cannot take go through the scalar fast path one by one (it applies
+// the bound and extrapolate rules). Out of line: keeps the vector loops' registers free.
+template <int O, int DIM, int DER, class Op>
+struct ScalarPoints {
+  const Geom& G;
+  FastPoint<float, O, DIM, DER, Op> scalar;
+  const CoordRule<float> rule;
+
+  ScalarPoints(const Geom& G_, const Op& op) : G(G_), scalar(G_, op), rule(G_, DIM) {}
+
+  // point j of the row starting at pt, gp
+  __attribute__((noinline)) void point(Point pt, const float* gp, int64_t j) {
+    pt.p += j;
+    pt.i[2] += j;
+    float x[3] = {0.f, 0.f, 0.f};
+    const bool ok = rule.load(gp + j * G.g[2], x);
+    scalar(pt, x, ok);
+  }
+  // the points of block l..l+7 whose in_mask bit is clear
+  __attribute__((target("avx2,fma"))) void block(const Point& pt, const float* gp, int64_t l,
+                                                   int in_mask) {
+    if (in_mask == 0xFF) return;
+    // The scalar path may call SSE (non-VEX) code: clear the upper halves first.
+    _mm256_zeroupper();
+    for (int j = 0; j < 8; ++j)
+      if (!((in_mask >> j) & 1)) point(pt, gp, l + j);
+  }
+  // the points l..count-1 (a row's tail)
+  __attribute__((target("avx2,fma"))) void tail(const Point& pt, const float* gp, int64_t l,
+                                                  int64_t count) {
+    _mm256_zeroupper();
+    for (; l < count; ++l) point(pt, gp, l);
+  }
+};
+
 // One 8-point block of a grid row, what every 2-D fast path needs: base indices (S order, 0 for
 // lanes outside), which lanes are interior (natural order) and the fractional positions.
 struct Block2d {
@@ -126,10 +161,9 @@ struct Pull2dAvx2 {
   static_assert(O == 1 || O == 3, "orders 1 and 3");
   const Geom& G;
   const Op& op;
-  FastPoint<float, O, 2, 0, Op> scalar;
-  const CoordRule<float> rule;
+  ScalarPoints<O, 2, 0, Op> rest;
 
-  Pull2dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), scalar(G_, op_), rule(G_, 2) {}
+  Pull2dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), rest(G_, op_) {}
 
   __attribute__((target("avx2,fma"))) void row(Point pt, const float* gp, int64_t count) {
     const Coords2d<O> coords(G);
@@ -165,24 +199,9 @@ struct Pull2dAvx2 {
         }
         _mm256_storeu_ps(ob + c * op.P + l, acc);
       }
-      if (blk.in_mask != 0xFF) {
-        // The scalar path may call SSE (non-VEX) code: clear the upper halves first.
-        _mm256_zeroupper();
-        for (int j = 0; j < 8; ++j)
-          if (!((blk.in_mask >> j) & 1)) point(pt, gp, l + j);
-      }
+      rest.block(pt, gp, l, blk.in_mask);
     }
-    _mm256_zeroupper();
-    for (; l < count; ++l) point(pt, gp, l);
-  }
-
-  // point j of the row, scalar (out of line: keeps the vector loop's registers free)
-  __attribute__((noinline)) void point(Point pt, const float* gp, int64_t j) {
-    pt.p += j;
-    pt.i[2] += j;
-    float x[3] = {0.f, 0.f, 0.f};
-    const bool ok = rule.load(gp + j * G.g[2], x);
-    scalar(pt, x, ok);
+    rest.tail(pt, gp, l, count);
   }
 };
 
@@ -195,10 +214,9 @@ template <class Op>
 struct PullBack2dAvx2 {
   const Geom& G;
   const Op& op;
-  FastPoint<float, 1, 2, 1, Op> scalar;
-  const CoordRule<float> rule;
+  ScalarPoints<1, 2, 1, Op> rest;
 
-  PullBack2dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), scalar(G_, op_), rule(G_, 2) {}
+  PullBack2dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), rest(G_, op_) {}
 
   __attribute__((target("avx2,fma"))) void row(Point pt, const float* gp, int64_t count) {
     const Coords2d<1> coords(G);
@@ -259,22 +277,9 @@ struct PullBack2dAvx2 {
       const __m256 lo = _mm256_unpacklo_ps(acc1, acc2), hi = _mm256_unpackhi_ps(acc1, acc2);
       _mm256_storeu_ps(gg + 2 * l, _mm256_permute2f128_ps(lo, hi, 0x20));
       _mm256_storeu_ps(gg + 2 * l + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
-      if (blk.in_mask != 0xFF) {
-        _mm256_zeroupper();
-        for (int j = 0; j < 8; ++j)
-          if (!((blk.in_mask >> j) & 1)) point(pt, gp, l + j);
-      }
+      rest.block(pt, gp, l, blk.in_mask);
     }
-    _mm256_zeroupper();
-    for (; l < count; ++l) point(pt, gp, l);
-  }
-
-  __attribute__((noinline)) void point(Point pt, const float* gp, int64_t j) {
-    pt.p += j;
-    pt.i[2] += j;
-    float x[3] = {0.f, 0.f, 0.f};
-    const bool ok = rule.load(gp + j * G.g[2], x);
-    scalar(pt, x, ok);
+    rest.tail(pt, gp, l, count);
   }
 };
 // 3-D, order 1: coordinates of 8 consecutive points (gathered, lanes in S order), the base
@@ -324,10 +329,9 @@ template <class Op>
 struct PullBack3dAvx2 {
   const Geom& G;
   const Op& op;
-  FastPoint<float, 1, 3, 1, Op> scalar;
-  const CoordRule<float> rule;
+  ScalarPoints<1, 3, 1, Op> rest;
 
-  PullBack3dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), scalar(G_, op_), rule(G_, 3) {}
+  PullBack3dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), rest(G_, op_) {}
 
   __attribute__((target("avx2,fma"))) void row(Point pt, const float* gp, int64_t count) {
     const Coords3d coords(G);
@@ -408,22 +412,9 @@ struct PullBack3dAvx2 {
       float* go = gg + 3 * l;
       for (int j = 0; j < 8; ++j)
         for (int k = 0; k < 3; ++k) go[3 * j + k] = ga[k][j];
-      if (blk.in_mask != 0xFF) {
-        _mm256_zeroupper();
-        for (int j = 0; j < 8; ++j)
-          if (!((blk.in_mask >> j) & 1)) point(pt, gp, l + j);
-      }
+      rest.block(pt, gp, l, blk.in_mask);
     }
-    _mm256_zeroupper();
-    for (; l < count; ++l) point(pt, gp, l);
-  }
-
-  __attribute__((noinline)) void point(Point pt, const float* gp, int64_t j) {
-    pt.p += j;
-    pt.i[2] += j;
-    float x[3] = {0.f, 0.f, 0.f};
-    const bool ok = rule.load(gp + j * G.g[2], x);
-    scalar(pt, x, ok);
+    rest.tail(pt, gp, l, count);
   }
 };
 // grid_pull, 3-D, order 1: four pair gathers per channel (half the gather work of one lane per
@@ -432,10 +423,9 @@ template <class Op>
 struct Pull3dAvx2 {
   const Geom& G;
   const Op& op;
-  FastPoint<float, 1, 3, 0, Op> scalar;
-  const CoordRule<float> rule;
+  ScalarPoints<1, 3, 0, Op> rest;
 
-  Pull3dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), scalar(G_, op_), rule(G_, 3) {}
+  Pull3dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), rest(G_, op_) {}
 
   __attribute__((target("avx2,fma"))) void row(Point pt, const float* gp, int64_t count) {
     const Coords3d coords(G);
@@ -467,22 +457,9 @@ struct Pull3dAvx2 {
         _mm256_storeu_ps(ob + c * op.P + l,
                          _mm256_fmadd_ps(w[0][1], q[1], _mm256_mul_ps(w[0][0], q[0])));
       }
-      if (blk.in_mask != 0xFF) {
-        _mm256_zeroupper();
-        for (int j = 0; j < 8; ++j)
-          if (!((blk.in_mask >> j) & 1)) point(pt, gp, l + j);
-      }
+      rest.block(pt, gp, l, blk.in_mask);
     }
-    _mm256_zeroupper();
-    for (; l < count; ++l) point(pt, gp, l);
-  }
-
-  __attribute__((noinline)) void point(Point pt, const float* gp, int64_t j) {
-    pt.p += j;
-    pt.i[2] += j;
-    float x[3] = {0.f, 0.f, 0.f};
-    const bool ok = rule.load(gp + j * G.g[2], x);
-    scalar(pt, x, ok);
+    rest.tail(pt, gp, l, count);
   }
 };
 
