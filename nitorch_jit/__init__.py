@@ -6,6 +6,7 @@ core module for the CPU, so it tells the truth.
 __version__ = "0.1.0"
 
 from .codes import BoundType, InterpolationType  # noqa: E402
+from .ops.affine import affine_pull, affine_push  # noqa: E402
 from .ops.pushpull import (  # noqa: E402
     affine_grid, count, grid_count, grid_grad, grid_pull, grid_push, identity_grid, pull, push,
 )
@@ -17,12 +18,12 @@ from .ops.solvers import (  # noqa: E402
 )
 from .ops.splinc import spline_coeff, spline_coeff_nd  # noqa: E402
 
-__all__ = ["BoundType", "InterpolationType", "affine_grid", "compiled_backend", "count",
-           "grid_count", "grid_grad", "grid_pull", "grid_push", "identity_grid",
-           "prolong", "pull", "push", "regulariser", "regulariser_grid", "reslice", "resize",
-           "resize_grid", "restrict", "solve_field", "solve_field_closedform",
-           "solve_field_fmg", "solve_grid", "solve_grid_closedform", "solve_grid_fmg",
-           "spline_coeff", "spline_coeff_nd"]
+__all__ = ["BoundType", "InterpolationType", "affine_grid", "affine_pull", "affine_push",
+           "compiled_backend", "count", "grid_count", "grid_grad", "grid_pull", "grid_push",
+           "identity_grid", "prolong", "pull", "push", "regulariser", "regulariser_grid",
+           "reslice", "resize", "resize_grid", "restrict", "solve_field",
+           "solve_field_closedform", "solve_field_fmg", "solve_grid", "solve_grid_closedform",
+           "solve_grid_fmg", "spline_coeff", "spline_coeff_nd"]
 
 
 def __getattr__(name):

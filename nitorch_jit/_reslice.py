@@ -11,6 +11,9 @@ transforms, then to moving voxels: ``v_m = A_m^-1 P (A_t v + u(A_t v))`` with
 ``P = (T_n ... T_1)^-1`` where each ``T_k`` maps moving RAS to target RAS (see
 nitorch_jit.transforms). The image is interpolated once.
 
+Kernels. Without a displacement field the affine map goes to ``affine_pull`` (no grid in
+memory); with one, a grid is built and pulled in chunks along the slowest output axis.
+
 Layout. nibabel's arrays are Fortran-ordered ``[X, Y, Z, ...]``, which is ``[..., Z, Y, X]``
 C-ordered: the kernels get that view (no transpose copy) and the grid's components are in
 that order (``k, j, i``); the output comes back the same way and is written without a copy.
@@ -55,6 +58,7 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
 
     vox2vox : [4, 4] float64 array, output voxel index -> input voxel index (tensor order).
     displacement : None or tensor [*shape, 3], added to the mapped coordinates (input voxels).
+    Without a displacement (and labels) this is affine_pull where the package has it.
     Orders >= 2 are interpolated (the spline prefilter runs once); label=True takes integer
     data through grid_pull's label path (masks weighted by B-splines, no prefilter, most
     likely label kept) and gives 0 outside the field of view. Returns [C, *shape].
@@ -64,6 +68,13 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
     names = [BOUND_NAMES[b] for b in bounds]  # grid_pull takes names (codes are ambiguous)
     from .ops.pushpull import grid_pull
     from .ops.splinc import prefilter
+    if label and all(o == 0 for o in orders):
+        # nearest neighbour picks one label per point: pulling the values gives the same
+        # labels as a mask per label, at the cost of one pull (exact in float32 below 2**24)
+        big = bool(data.abs().max() >= 2 ** 24) if data.numel() else False
+        values = _resample(data.to(torch.float64 if big else torch.float32), vox2vox, shape,
+                           displacement, orders, bound, extrapolate)
+        return values.round().to(data.dtype)
     if label:
         gdtype = torch.float32
         coef = data
@@ -72,23 +83,30 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
         coef = prefilter(data, orders, bounds)  # once for all chunks; no copy for orders < 2
     device = data.device
     mat = torch.as_tensor(vox2vox, dtype=torch.float64)
+    import nitorch_jit
+    affine_pull = getattr(nitorch_jit, "affine_pull", None)  # the grid-free kernel, if here
+    if affine_pull is not None and displacement is None and not label:
+        return affine_pull(coef[None], mat.to(device, gdtype), list(shape), orders, names,
+                           extrapolate)[0]
     lin, off = mat[:3, :3], mat[:3, 3]
     n0, n1, n2 = (int(s) for s in shape)
-    # the affine part of every output plane but the slowest axis's term, computed once
+    # the affine part of one output plane (all but the slowest axis's term), computed once
+    # and flat, so that each chunk is one vectorised pass: grid[z] = plane + z * step
     i1 = torch.arange(n1, dtype=torch.float64)[:, None, None]
     i2 = torch.arange(n2, dtype=torch.float64)[None, :, None]
-    plane = (off + lin[:, 1] * i1 + lin[:, 2] * i2).to(device, gdtype)  # [n1, n2, 3]
-    step = lin[:, 0].to(device, gdtype)
+    plane = (off + lin[:, 1] * i1 + lin[:, 2] * i2).reshape(-1).to(device, gdtype)
+    step = lin[:, 0].repeat(n1 * n2).to(device, gdtype)
     rows = max(1, min(n0, _CHUNK_POINTS // max(1, n1 * n2)))
-    # where nitorch_jit.affine_pull exists, the no-displacement case goes to it (no grid)
+    if label:  # grid_pull finds the labels (torch.unique over the input) on every call
+        rows = n0
     out = None
     grid = None
     for z0 in range(0, n0, rows):
         z1 = min(n0, z0 + rows)
-        i0 = torch.arange(z0, z1, dtype=gdtype, device=device)[:, None, None, None]
+        i0 = torch.arange(z0, z1, dtype=gdtype, device=device)[:, None]
         if grid is None or grid.shape[0] != z1 - z0:
             grid = torch.empty((z1 - z0, n1, n2, 3), dtype=gdtype, device=device)
-        torch.add(plane, i0 * step, out=grid)
+        torch.addcmul(plane, i0, step, out=grid.view(z1 - z0, -1))
         if displacement is not None:
             grid += displacement[z0:z1].to(gdtype)
         part = grid_pull(coef[None], grid[None], orders, names, extrapolate)[0]
@@ -124,10 +142,14 @@ def _geometry(img):
 
 
 def _scaled(img):
-    try:
-        slope, inter = img.header.get_slope_inter()
-    except AttributeError:  # MGH: no scaling
-        return False
+    """Whether the data are stored with NIfTI scaling (nibabel moves a loaded file's scl_slope
+    and scl_inter from the header to the array proxy)."""
+    slope, inter = getattr(img.dataobj, "slope", None), getattr(img.dataobj, "inter", None)
+    if slope is None:
+        try:
+            slope, inter = img.header.get_slope_inter()
+        except AttributeError:  # MGH: no scaling
+            return False
     return not ((slope is None or slope == 1) and (inter is None or inter == 0))
 
 
@@ -185,7 +207,10 @@ def _save(nib, img, path):
     ext = _extension(path)
     tmp = os.path.join(folder, f".{name[:-len(ext)]}.{secrets.token_hex(4)}.partial{ext}")
     try:
-        nib.save(img, tmp)
+        if ext in (".nii.gz", ".mgz") and hasattr(img, "to_bytes"):
+            _write_gzip(img.to_bytes(), tmp)
+        else:
+            nib.save(img, tmp)
         os.replace(tmp, path)
     except BaseException as e:
         if os.path.exists(tmp):
@@ -195,16 +220,39 @@ def _save(nib, img, path):
         raise
 
 
+_GZIP_BLOCK = 4 << 20  # bytes per gzip member
+
+
+def _write_gzip(raw, path):
+    """gzip at zlib level 1 (nibabel's default) on torch's threads: the file is a series of
+    gzip members, one per 4 MB block (valid gzip, read by gzip/zlib readers as one stream;
+    bgzip does the same). Compression dominates the command's time otherwise."""
+    import zlib
+    from concurrent.futures import ThreadPoolExecutor
+    view = memoryview(raw)
+
+    def member(start):  # zlib releases the GIL while it compresses
+        c = zlib.compressobj(1, zlib.DEFLATED, 31)
+        return c.compress(view[start:start + _GZIP_BLOCK]) + c.flush()
+
+    starts = range(0, max(1, len(raw)), _GZIP_BLOCK)
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        members = pool.map(member, starts)
+        with open(path, "wb") as f:
+            for m in members:
+                f.write(m)
+
+
 def _out_dtype(dtype, moving_img):
     if dtype is None:
-        return np.dtype(moving_img.get_data_dtype()), False
+        return np.dtype(moving_img.get_data_dtype()).newbyteorder("="), False
     try:
         dt = np.dtype(dtype)
     except TypeError:
         raise ResliceError(f"dtype: unknown data type {dtype!r}") from None
     if dt.kind not in "uif":
         raise ResliceError(f"dtype: expected an integer or floating-point type, got {dt}")
-    return dt, True
+    return dt.newbyteorder("="), True
 
 
 def _to_dtype(values, dt):
@@ -329,12 +377,15 @@ def reslice(moving, target, transforms=(), displacement=None, *, order=1, bound=
         (FreeSurfer LTA, ITK/ANTs text or ``.mat``, plain 4x4 text matrix; see
         :func:`nitorch_jit.transforms.read_transform` for each format's direction), a 4x4
         array (RAS to RAS, moving to target) or a ``(path_or_array, inverse)`` pair where
-        ``inverse=True`` applies the inverse.
+        ``inverse=True`` applies the inverse. ITK/ANTs files go in the order
+        ``antsApplyTransforms -t`` takes them.
     displacement : str, os.PathLike or nibabel image, optional
         A displacement field in the ITK/ANTs layout ``[X, Y, Z, 1, 3]`` (or ``[X, Y, Z, 3]``),
-        in mm, LPS, mapping target points to moving points (``x -> x + u(x)``), applied before
-        the affine transforms (as ``antsApplyTransforms -t AFFINE -t FIELD`` does). Defined on
-        its own grid; interpolated linearly at the target's voxels when that grid differs.
+        in mm, LPS, mapping target points to moving points (``x -> x + u(x)``), applied to the
+        target's points before the affine transforms take them to the moving image: an ANTs
+        registration's ``antsApplyTransforms -t 1Warp.nii.gz -t 0GenericAffine.mat`` is
+        ``displacement='1Warp.nii.gz', transforms=['0GenericAffine.mat']``. Defined on its own
+        grid; interpolated linearly at the target's voxels when that grid differs.
     order : int, default 1
         Spline order 0..7; orders >= 2 interpolate (the spline prefilter runs first, as in
         scipy).
@@ -417,13 +468,23 @@ class _Job:
     def __init__(self, nib, img, target_img, target_geom, transforms, displacement, order,
                  bound, extrapolate, label, dtype, device):
         self.nib, self.img, self.target_img, self.target_geom = nib, img, target_img, target_geom
-        self.order = order_codes(order, 3, "order")
-        self.bound = [BOUND_NAMES[b] for b in bound_codes(bound, 3, "bound")]
+        try:
+            self.order = order_codes(order, 3, "order")
+            self.bound = [BOUND_NAMES[b] for b in bound_codes(bound, 3, "bound")]
+        except (TypeError, ValueError) as e:
+            raise ResliceError(str(e)) from None
         if not isinstance(extrapolate, bool) or not isinstance(label, bool):
             raise ResliceError("extrapolate, label: expected True or False")
         self.extrapolate, self.label = extrapolate, label
         self.out_dtype, self.dtype_given = _out_dtype(dtype, img)
-        self.device = torch.device(device or "cpu")
+        try:
+            self.device = torch.device(device or "cpu")
+        except (RuntimeError, TypeError):
+            raise ResliceError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got "
+                               f"{device!r}") from None
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ResliceError("device: cuda was asked for, but this torch sees no CUDA "
+                               f"device (torch {torch.__version__})")
         moving_geom = _geometry(img)
         self.moving_affine = _invertible(moving_geom[1], "moving image affine")
         _invertible(target_geom[1], "target affine")

@@ -16,6 +16,7 @@ import torch
 
 from . import jit
 from .jit import toolchain
+from .ops import tuning
 from .ops.library import MODULES
 
 _PKG = Path(__file__).resolve().parent
@@ -78,7 +79,9 @@ def load_module(module, device_type, archs=None):
     if device_type == "cuda":
         home, _ = toolchain.find_cuda_home()
         toolchain.check_cuda_versions(toolchain.nvcc_version(home), torch.version.cuda)
-    return jit.load(module_spec(module, device_type, archs))
+    path = jit.load(module_spec(module, device_type, archs))
+    tuning.attach(path)  # the kernels' knobs, chosen in Python
+    return path
 
 
 def _register_torch(module, device_type):
@@ -97,7 +100,9 @@ def _fallback_warning(device_type, err, monai_err=None):
     if device_type in _WARNED:
         return
     _WARNED.add(device_type)
-    also = f" MONAI's compiled routines cannot stand in either: {monai_err}" if monai_err else ""
+    # the short reason: most users never asked for MONAI ('nitorch-jit info' has the long one)
+    also = (f" MONAI's compiled routines cannot stand in either: "
+            f"{getattr(monai_err, 'short', monai_err)}." if monai_err else "")
     warnings.warn(
         f"nitorch_jit: compiled kernels are unavailable on {device_type.upper()}, so the "
         f"pure-PyTorch backend is used there (correct but several times slower). Why: {err}"
@@ -124,7 +129,23 @@ def _register_monai(module, device_type):
 
 
 def monai_serves(module):
-    """Whether MONAI's compiled routines can serve `module` (its other modules keep ours)."""
+    """Whether MONAI's compiled routines can serve `module` (its other modules keep ours).
+
+    Parameters
+    ----------
+    module : str
+        A module of nitorch_jit.ops.library.MODULES.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from nitorch_jit import backend
+    >>> backend.monai_serves("pushpull"), backend.monai_serves("resize")
+    (True, False)
+    """
     from . import monai_backend
     return module in monai_backend.SERVED
 

@@ -255,14 +255,17 @@ def _reslice_parser(sub):
     r.add_argument("-t", "--target", required=True, help="image whose grid the output takes")
     r.add_argument("-l", "--linear", dest="transforms", action=_AddTransform, metavar="AFFINE",
                    help="affine transform file, repeatable, in the order that moves the moving "
-                        "image to the target: FreeSurfer LTA (src -> dst as mri_vol2vol reads "
+                        "image to the target (for ITK/ANTs files, antsApplyTransforms' order): "
+                        "FreeSurfer LTA (src -> dst as mri_vol2vol reads "
                         "it), ITK/ANTs text or .mat (target -> moving points, LPS, as "
                         "antsApplyTransforms applies it), or a plain 4x4 RAS-to-RAS matrix "
                         "from moving to target")
     r.add_argument("--inverse", dest="transforms", action=_AddTransform, nargs=0,
                    const="inverse", help="apply the inverse of the -l transform just before")
     r.add_argument("-d", "--displacement", help="displacement field, ITK/ANTs layout "
-                   "[X,Y,Z,1,3], mm, LPS, target -> moving; applied before the affines")
+                   "[X,Y,Z,1,3], mm, LPS, target -> moving points; applied to target points "
+                   "before the affines (antsApplyTransforms -t WARP -t AFFINE is "
+                   "-d WARP -l AFFINE)")
     r.add_argument("--order", type=int, default=1, choices=range(8), metavar="0..7",
                    help="spline order (default 1; >= 2 applies the spline prefilter)")
     r.add_argument("--bound", default="dct2", help="boundary condition, as grid_pull "

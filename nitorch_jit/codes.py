@@ -11,6 +11,7 @@ public functions refuse a plain integer bound, because the three numberings in u
 silence. Spline orders are the same integers everywhere (0 nearest ... 7 seventh).
 """
 import enum
+import numbers
 
 
 class BoundType(enum.Enum):
@@ -151,8 +152,8 @@ def order_code(value):
         return _PEER_ENUM_ORDERS.get(cls, ORDER_CODES).get(name)
     if isinstance(value, str):
         return ORDER_CODES.get(value.lower())
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 7:
-        return int(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value <= 7:
+        return int(value)  # NumPy integers too
     return None
 
 

@@ -12,20 +12,28 @@ for replicate 0 ... dft 5, but our ``zero`` is 6 and MONAI's is 7 (the C++ numbe
 is the unexported ``sliding``). ``monai._C`` takes its own enum objects, never integers, so
 each code is translated by name (``to_monai``).
 
-What MONAI's port cannot serve, refused with an error naming the option rather than computed
-wrong (read from its sources, confirmed by tests/test_monai_backend.py):
+What MONAI's port gets wrong is refused with an error naming the option, never computed
+(measured against our kernels, finite differences and adjointness in
+tests/test_monai_backend.py, MONAI 1.5 sources built against torch 2.13):
 
 - 3-D with a different order along dims 1 and 2: its generic kernel uses dim 1's order for
-  dim 2 (the NITorch bug it inherits).
-- second spline derivatives of orders 5 to 7 (it returns 0), i.e. the grid gradient of
-  ``grid_grad`` (and the second derivatives of pull / push) at those orders.
+  dim 2 (a NITorch bug it inherits).
+- ``grid_grad`` in 1-D at orders 2 to 7: wrong values (orders 0 and 1 and 2-D / 3-D are right).
+- the gradients of ``grid_grad`` (``grid_grad_backward``: our ``grid_pushgrad`` and
+  ``grid_hess_dot``, also used by the second derivatives of pull and push) unless every dim is
+  nearest or linear: wrong values, varying from call to call (NaN included), and no second
+  spline derivatives at orders 5 to 7.
 - more than 1024 channels, except with nearest or linear interpolation in every dim (its
   generic kernel keeps the channels in a fixed stack buffer).
+
+Everything else agrees with our C kernels to 1e-10 in float64: pull, push, count, grad and
+pull's gradients in 1-3 dims, orders 0 to 7, every bound, extrapolate on and off.
 
 Known differences that need no refusal: at ``extrapolate=False`` a point exactly at
 ``n - 1 + 0.05`` is outside for MONAI and inside for us; nearest interpolation rounds half
 away from zero (we round half up), which differs only at negative half-integer coordinates;
-a NaN coordinate contributes nothing with our kernels and is undefined with MONAI's.
+with ``extrapolate=True`` a NaN coordinate gives NaN or an arbitrary voxel with MONAI, 0 with
+ours.
 """
 import importlib
 import threading
@@ -50,11 +58,19 @@ BUILD_HINT = (
     "into an installed monai.")
 
 _LOCK = threading.Lock()
-_LIBS = {}  # device type -> torch.library.Library("nitorch_jit", "IMPL") holding our wrappers
+_LIBS = {}  # (module, device type) -> Library("nitorch_jit", "IMPL") holding the wrappers
 
 
 class MonaiUnavailable(BackendError):
-    """MONAI, or its compiled routines, cannot be used in this environment."""
+    """MONAI, or its compiled routines, cannot be used in this environment.
+
+    ``str(err)`` says why and how to build them; ``err.short`` says why in a few words (for
+    the fallback warning of users who never asked for MONAI).
+    """
+
+    def __init__(self, message, short):
+        super().__init__(message)
+        self.short = short
 
 
 def load():
@@ -82,9 +98,10 @@ def load():
     except ImportError as err:
         raise MonaiUnavailable(
             f"MONAI is not installed ({err}). `pip install monai` installs its Python code; "
-            + BUILD_HINT) from err
+            + BUILD_HINT, "MONAI is not installed") from err
     except Exception as err:  # a broken install must not break the fallback to TORCH
-        raise MonaiUnavailable(f"importing monai failed ({type(err).__name__}: {err})") from err
+        why = f"importing monai failed ({type(err).__name__}: {err})"
+        raise MonaiUnavailable(why, why) from err
     try:
         return importlib.import_module("monai._C")
     except ImportError as err:
@@ -92,11 +109,14 @@ def load():
             raise MonaiUnavailable(
                 f"MONAI {getattr(monai, '__version__', '?')} is installed "
                 f"({getattr(monai, '__file__', '?')}) but without its compiled routines "
-                f"(monai._C). " + BUILD_HINT) from err
+                f"(monai._C). " + BUILD_HINT,
+                "MONAI is installed without its compiled routines (monai._C, built only with "
+                "BUILD_MONAI=1)") from err
         # present but unloadable, typically built against another torch
         raise MonaiUnavailable(
             f"monai._C is present but cannot be loaded ({err}); rebuild it against this torch "
-            f"({torch.__version__}) with BUILD_MONAI=1. " + BUILD_HINT) from err
+            f"({torch.__version__}) with BUILD_MONAI=1. " + BUILD_HINT,
+            f"monai._C cannot be loaded ({err})") from err
 
 
 def to_monai(C, order, bound):
@@ -149,26 +169,31 @@ def check_options(op, channels, order):
     Examples
     --------
     >>> from nitorch_jit import monai_backend
-    >>> monai_backend.check_options("grid_pull", 1, [3, 3, 3])
+    >>> monai_backend.check_options("grid_pull", 1, [3, 1, 1])
     >>> try:
     ...     monai_backend.check_options("grid_pull", 1, [3, 1, 3])
     ... except monai_backend.BackendError as err:
     ...     print("interpolation" in str(err))
     True
     """
-    where = "NI_COMPILED_BACKEND=MONAI"
+    where = "with NI_COMPILED_BACKEND=MONAI; our C or TORCH backend serves any orders"
+    linear_everywhere = len(set(order)) == 1 and order[0] <= 1
     if len(order) == 3 and order[2] != order[1]:
         raise BackendError(
             f"interpolation={list(order)}: MONAI's compiled routines use the order of dim 1 for "
             f"dim 2 in 3-D (a bug of the NITorch port), so dims 1 and 2 need the same order "
-            f"with {where}; our C or TORCH backend serves any orders")
-    if op == "grid_hess_dot" and max(order) >= 5:
+            f"{where}")
+    if op == "grid_grad" and len(order) == 1 and order[0] >= 2:
         raise BackendError(
-            f"interpolation={list(order)}: MONAI's compiled routines have no second spline "
-            f"derivatives for orders 5 to 7 (they return 0), which the grid gradient of "
-            f"grid_grad (and second derivatives of grid_pull / grid_push) need; use orders "
-            f"0 to 4 with {where}, or our C or TORCH backend")
-    if channels > MAX_CHANNELS and not (len(set(order)) == 1 and order[0] <= 1):
+            f"interpolation={list(order)}: MONAI's compiled grid_grad is wrong in 1-D at orders "
+            f"2 to 7; use order 0 or 1 {where}")
+    if op in ("grid_pushgrad", "grid_hess_dot") and not linear_everywhere:
+        raise BackendError(
+            f"interpolation={list(order)}: MONAI's compiled gradients of grid_grad "
+            f"(grid_grad_backward, also behind the second derivatives of grid_pull and "
+            f"grid_push) are wrong unless every dim is nearest or linear: they return values "
+            f"that change from call to call; use interpolation 0 or 1 in every dim {where}")
+    if channels > MAX_CHANNELS and not linear_everywhere:
         raise BackendError(
             f"input has {channels} channels: MONAI's compiled routines take at most "
             f"{MAX_CHANNELS} except with nearest or linear interpolation in every dim; split "
@@ -225,9 +250,10 @@ def _kernels(C):
                                       *opts(order, bound, extrapolate))
         return gi, gg
 
+    from .torch_impl.pushpull import affine_kernels  # affine ops: MONAI's grid ops by chunks
     return {"grid_pull": pull, "grid_push": push, "grid_grad": grad, "grid_pushgrad": pushgrad,
             "grid_grad_dot": grad_dot, "grid_hess_dot": hess_dot,
-            "grid_pull_backward": pull_backward}
+            "grid_pull_backward": pull_backward, **affine_kernels(pull, push, grad_dot)}
 
 
 def register(module, device_type):
@@ -271,12 +297,12 @@ def register(module, device_type):
     if device_type == "cuda":
         _probe_cuda(C)
     with _LOCK:
-        if device_type not in _LIBS:
+        if (module, device_type) not in _LIBS:
             lib = torch.library.Library("nitorch_jit", "IMPL")
             kernels = _kernels(C)
             for op in MODULES[module]:
                 lib.impl(op, kernels[op], key)
-            _LIBS[device_type] = lib
+            _LIBS[(module, device_type)] = lib
     return f"MONAI's compiled routines, {C.__file__}"
 
 

@@ -435,6 +435,83 @@ def _pull(x, grid, order, mode, cval, prefilter):
     return out.reshape((x.shape[0],) + pshape)
 
 
+def _pull_affine(x, matrix, offset, oshape, order, mode, cval, prefilter):
+    """_pull at the coordinates ``matrix @ o + offset`` of the output voxels o of `oshape`,
+    without a grid: affine_pull computes them in its kernels with scipy's summation order
+    ((offset + m_0 o_0) + m_1 o_1) + m_2 o_2, so float64 coordinates are scipy's, bit for bit.
+    Returns [C, *oshape], or None where only the grid path is exact: the legacy 'wrap' and
+    order 0 with a mirrored / wrapped mode (their coordinates are remapped in float64 first),
+    order 0 of float32 data (ties of the rounding need float64 coordinates), a matrix that is
+    not square, non-finite or huge coordinates."""
+    dim = x.dim() - 1
+    mat = np.asarray(matrix, dtype=np.float64)
+    off = np.asarray(offset, dtype=np.float64)
+    if mode == "wrap" or (order == 0 and (mode in ("mirror", "reflect", "grid-mirror",
+                                                   "grid-wrap") or x.dtype != torch.float64)):
+        return None
+    if mat.shape != (dim, dim) or len(oshape) != dim or off.shape != (dim,):
+        return None
+    if not (np.isfinite(mat).all() and np.isfinite(off).all()) or \
+            (np.abs(mat).sum(1) * max(oshape) + np.abs(off)).max() > 1e30:
+        return None
+    coef, npad = _prefiltered(x, order, mode, cval, prefilter, dim)
+    A = np.concatenate([mat, (off + npad)[:, None]], 1)
+    from .ops.affine import affine_pull
+    out = affine_pull(coef, torch.from_numpy(A).to(coef.device), list(oshape),
+                      interpolation=order, bound=BoundType(_TAPS[mode]), extrapolate=True)
+    if mode == "grid-constant" and cval != 0:
+        out = out + cval
+    if mode == "constant":  # cval outside [0, n-1]
+        lo, hi = _inside_intervals(mat, off, oshape, x.shape[1:])
+        m = oshape[-1]
+        if (lo > 0).any() or (hi < m - 1).any():
+            i = np.arange(m)
+            bad = (i < lo[:, None]) | (i > hi[:, None])  # [rows, m]
+            out.view(out.shape[0], -1, m).masked_fill_(torch.from_numpy(bad).to(out.device),
+                                                        cval)
+    return out
+
+
+def _inside_intervals(mat, off, oshape, ishape):
+    """scipy's 'constant' rule without a grid: output voxel o is inside iff every coordinate
+    ((off_d + m_d0 o_0) + m_d1 o_1) + m_d2 o_2 (float64, scipy's order) lies in [0, n_d - 1].
+    Rounding is monotone, so along the last output axis each coordinate is monotone and the
+    inside voxels of a row (the outer indices fixed) form one interval. Returns (lo, hi), int64
+    [rows] (rows = prod(oshape[:-1]); lo > hi: none inside): estimates from the exact line,
+    corrected by evaluating scipy's expression at the ends. (NumPy: one thread, small arrays.)"""
+    dim, m = len(oshape), int(oshape[-1])
+    rows = int(np.prod(oshape[:-1], dtype=np.int64))
+    lo = np.zeros(rows, dtype=np.int64)
+    hi = np.full(rows, m - 1, dtype=np.int64)
+    for d in range(dim):
+        base = np.float64(off[d])
+        for j, n in enumerate(oshape[:-1]):
+            o = np.arange(n, dtype=np.float64).reshape((1,) * j + (-1,) + (1,) * (dim - j - 2))
+            base = base + o * mat[d, j]
+        base = np.broadcast_to(base, tuple(oshape[:-1])).reshape(rows)
+        s, top = float(mat[d, -1]), float(ishape[d] - 1)
+
+        def inside(k):
+            c = base + k.astype(np.float64) * s
+            return (c >= 0) & (c <= top)
+        if s == 0:
+            lo = np.where(inside(lo), lo, m)
+            continue
+        with np.errstate(over="ignore", invalid="ignore"):
+            ka, kb = (0 - base) / s, (top - base) / s
+        first, last = (ka, kb) if s > 0 else (kb, ka)
+        klo = np.clip(np.ceil(first), -2, m + 1).astype(np.int64)
+        khi = np.clip(np.floor(last), -2, m + 1).astype(np.int64)
+        for _ in range(2):  # the estimates are at most a step off: move them onto the rule
+            klo = np.where(inside(klo - 1), klo - 1, klo)
+            khi = np.where(inside(khi + 1), khi + 1, khi)
+        for _ in range(2):
+            klo = np.where(~inside(klo) & (klo <= khi), klo + 1, klo)
+            khi = np.where(~inside(khi) & (khi >= klo), khi - 1, khi)
+        lo, hi = np.maximum(lo, klo), np.minimum(hi, khi)
+    return lo, hi
+
+
 def _axis_coordinates(m, zoom, shift, grid_mode, npad):
     """scipy's NI_ZoomShift coordinates of one axis (float64): ((k + shift) * zoom) + npad."""
     cc = np.arange(m, dtype=np.float64)
@@ -843,9 +920,12 @@ def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, 
                           prefilter, False)
     _check_rank(nd)
 
-    def fn(x, c):  # float32 data: coordinates in float32 too (half the memory traffic)
-        return _pull(x, _affine_grid(matrix, offset, oshape, x.device, x.dtype), order, mode,
-                     c, prefilter)
+    def fn(x, c):
+        out = _pull_affine(x, matrix, offset, oshape, order, mode, c, prefilter)
+        if out is None:  # float32 data: coordinates in float32 too (half the memory traffic)
+            out = _pull(x, _affine_grid(matrix, offset, oshape, x.device, x.dtype), order,
+                        mode, c, prefilter)
+        return out
     return _run_parts(inp, out, cval, fn)
 
 
@@ -1086,8 +1166,10 @@ def rotate(input, angle, axes=(1, 0), reshape=True, output=None, order=3, mode="
         y = x[0].permute(perm)
         kshape = tuple(y.shape[:nd - 2])
         y = y.reshape((-1,) + tuple(y.shape[nd - 2:]))
-        grid = _affine_grid(rot, offset, tuple(int(v) for v in out_plane), y.device)
-        r = _pull(y, grid, order, mode, cv, prefilter)
+        plane = tuple(int(v) for v in out_plane)
+        r = _pull_affine(y, rot, offset, plane, order, mode, cv, prefilter)
+        if r is None:
+            r = _pull(y, _affine_grid(rot, offset, plane, y.device), order, mode, cv, prefilter)
         r = r.reshape(kshape + tuple(int(v) for v in out_plane))
         return r.permute([perm.index(d) for d in range(nd)])[None]
     return _run_parts(inp, out, cval, fn)

@@ -10,7 +10,7 @@ One synthetic float32 volume (size^3, one channel) and two grids with displaceme
 copy), grid_sample (trilinear, zeros, align_corners=True) forward and forward+backward, and
 nitorch_jit's order-1 pull (bound zero, extrapolate=True: the same operator), push, grad_dot,
 the fused backward (grid_pull_backward) and pull forward+backward, each scatter also with the
-block-tiled kernel turned off (NI_JIT_CUDA_TILES=0), plus a few other rows (order 3 push on
+block-tiled kernel turned off (the cuda_tiles knob, NI_JIT_CUDA_TILES=0), plus a few other rows (order 3 push on
 both grids, bfloat16). Effective bandwidth counts each tensor once (grid, values, output; the
 sampled image once). Checks the issue's
 targets for each grid: pull >= 1.2x faster than grid_sample, push <= 2x pull,
@@ -20,7 +20,6 @@ enforced); 1 when no GPU is available.
 """
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import nitorch_jit as nj  # noqa: E402
 from nitorch_jit import backend  # noqa: E402
+from nitorch_jit.ops import tuning  # noqa: E402
 from nitorch_jit.bench import print_table, synthetic, voxel_to_grid_sample  # noqa: E402
 
 
@@ -159,18 +159,10 @@ def main(argv=None):
         return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
     def untiled(fn):
-        """fn with the block-tiled scatter of push / pull_backward turned off (the host code
-        reads NI_JIT_CUDA_TILES on every call)."""
+        """fn with the block-tiled scatter of push / pull_backward turned off."""
         def run():
-            old = os.environ.get("NI_JIT_CUDA_TILES")
-            os.environ["NI_JIT_CUDA_TILES"] = "0"
-            try:
+            with tuning.override(cuda_tiles=False):
                 return fn()
-            finally:
-                if old is None:
-                    del os.environ["NI_JIT_CUDA_TILES"]
-                else:
-                    os.environ["NI_JIT_CUDA_TILES"] = old
         return run
 
     for case, grid in [("smooth", smooth), ("iid", iid)]:

@@ -14,7 +14,11 @@
 set -euo pipefail
 MONAI_CSRC=$(realpath "${1:-/work/shared/third_party/monai-csrc}")
 BUILD_DIR=$(realpath -m "${2:-/work/monai_build}")
-test -f "$MONAI_CSRC/ext.cpp" || { echo "no ext.cpp in $MONAI_CSRC: not MONAI's csrc folder" >&2; exit 2; }
+test -f "$MONAI_CSRC/ext.cpp" || {
+  echo "no ext.cpp in $MONAI_CSRC: not MONAI's csrc folder" >&2; exit 2; }
+REPO=$(realpath "$(dirname "$0")/..")
+case "$BUILD_DIR/" in "$REPO"/*)
+  echo "BUILD_DIR $BUILD_DIR is inside this repository: build MONAI outside it" >&2; exit 2;; esac
 mkdir -p "$BUILD_DIR"
 start=$(date +%s)
 MONAI_CSRC="$MONAI_CSRC" BUILD_DIR="$BUILD_DIR" python - <<'PY'
@@ -23,9 +27,11 @@ import torch
 from torch.utils import cpp_extension
 
 csrc, build = os.environ["MONAI_CSRC"], os.environ["BUILD_DIR"]
-try:
-    import monai
-except ImportError:
+import importlib.util
+# find monai without importing it: its __init__ would load an installed monai._C, whose
+# pybind11 types clash with the new build's
+spec = importlib.util.find_spec("monai")
+if spec is None:
     sys.exit("install MONAI's Python package first: pip install --no-deps monai")
 major, minor, patch = (int("".join(c for c in p if c.isdigit()) or 0)
                        for p in torch.__version__.split("+")[0].split(".")[:3])
@@ -48,11 +54,10 @@ lib = cpp_extension.load(name="_C", sources=sources, extra_include_paths=[csrc],
                          extra_cflags=["-O3"] + cflags, extra_ldflags=ldflags,
                          build_directory=build, verbose=False)
 built = lib.__file__
-target = os.path.join(os.path.dirname(monai.__file__),
-                      "_C" + sysconfig.get_config_var("EXT_SUFFIX"))
+target = os.path.join(os.path.dirname(spec.origin), "_C" + sysconfig.get_config_var("EXT_SUFFIX"))
 shutil.copy2(built, target)
 print(f"installed {built} as {target}")
 PY
 end=$(date +%s)
-python -c "import monai._C as C; print('import monai._C: ok,', C.BoundType.zero, '=', int(C.BoundType.zero))"
+python -c "import monai._C as C; print('import monai._C: ok, zero =', int(C.BoundType.zero))"
 echo "build time: $((end - start)) s; build folder size: $(du -sh "$BUILD_DIR" | cut -f1)"

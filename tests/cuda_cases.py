@@ -10,6 +10,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from nitorch_jit.ops import tuning
+
 F64 = torch.float64
 HAVE_GPU = torch.cuda.is_available()
 _EMU_LIBS = []  # schema definitions of the emulated namespaces, kept alive
@@ -50,6 +52,7 @@ def load_emulation(namespace, modules, source, folders, build_name):
         build_directory=str(build),
         is_python_module=False,
     )
+    tuning.attach(build / f"nj_{build_name}.so")  # the knobs, as for our own libraries
     return ops
 
 
@@ -190,6 +193,54 @@ def compare_sweep(target, ref, device, op, D, ex, dtype=F64, tol=1e-10, full=Tru
     return fails
 
 
+def affine_case(D, B=2, C=2, seed=0, dtype=F64):
+    """Arguments of the affine ops: input [B, C, *S], pushed values / weights [B, C, *O], a
+    matrix [B, D, D+1] whose points cover the interior, the border and the outside of the
+    source; then S and O."""
+    gen = torch.Generator().manual_seed(seed)
+    S, O = SRC[:D], PTS[:D]
+    lin = 1.3 * torch.eye(D, dtype=F64) + 0.35 * torch.randn(B, D, D, generator=gen, dtype=F64)
+    A = torch.cat([lin, -1.7 + 0.6 * torch.randn(B, D, 1, generator=gen, dtype=F64)], -1)
+    x = torch.randn(B, C, *S, generator=gen, dtype=F64)
+    y = torch.randn(B, C, *O, generator=gen, dtype=F64)
+    return [t.to(dtype) for t in (x, y, A)] + [S, O]
+
+
+def affine_calls(ops, x, y, A, S, O, order, bound, ex):
+    return [ops.affine_pull(x, A, O, order, bound, ex), ops.affine_push(y, A, S, order, bound, ex),
+            ops.affine_grad_dot(y, x, A, order, bound, ex)]
+
+
+def compare_affine(target, ref, device, D, dtype, tol):
+    """The three affine ops of `target` (on `device`) against `ref` (CPU) over the sweep,
+    extrapolate on and off, 32- and 64-bit offsets, and a matrix shared by the batch (stride
+    0); returns the list of failures."""
+    fails = []
+    on = (lambda ts: [t.to(device) if torch.is_tensor(t) else t for t in ts])
+    for i, (order, bound) in enumerate(sweep(D, full=False)):
+        x, y, A, S, O = affine_case(D, seed=i, dtype=dtype)
+        for ex in (False, True):
+            for index in ("32", "64"):
+                with tuning.override(cuda_index32=index == "32"):
+                    calls = affine_calls(target, *on([x, y, A]), S, O, order, bound, ex)
+                for name, got, want in zip(
+                        ("pull", "push", "grad_dot"),
+                        calls, affine_calls(ref, x, y, A, S, O, order, bound, ex)):
+                    msg = close(got, want, tol)
+                    if msg:
+                        fails.append(f"affine_{name} D={D} {order} {bound} ex={ex} "
+                                     f"i{index}: {msg}")
+    x, y, A, S, O = affine_case(D, dtype=dtype)
+    shared = A[:1].expand(A.shape)
+    for got, want in zip(affine_calls(target, *on([x, y, shared]), S, O, [3] * D, [2] * D, True),
+                         affine_calls(ref, x, y, shared.contiguous(), S, O, [3] * D, [2] * D,
+                                      True)):
+        msg = close(got, want, tol)
+        if msg:
+            fails.append(f"shared matrix: {msg}")
+    return fails
+
+
 def combos():
     return list(itertools.product([1, 2, 3], [False, True]))
 
@@ -258,7 +309,7 @@ class OpLog(TorchDispatchMode):
 
 # ----------------------------------------------------------------------------- tiled scatter
 # push and pull_backward have a block-tiled kernel for grids with one point per source voxel
-# (csrc/pushpull/pushpull_tiles.cuh); NI_JIT_CUDA_TILES=0 turns it off. Shapes with partial
+# (csrc/pushpull/pushpull_tiles.cuh); the cuda_tiles knob turns it off. Shapes with partial
 # tiles (3-D tiles: 8 x 16 x 16 points in float32, 4 x 16 x 16 in float64; 2-D: 32 x 64).
 TILE_OPS = ["grid_push", "grid_pull_backward"]
 TILE_SHAPES = {2: [40, 70], 3: [10, 20, 18]}

@@ -118,3 +118,23 @@ def test_cli_bench_all_modules(tmp_path):
         assert row in proc.stdout, (row, proc.stdout)
     diffs = [float(w.split()[0].rstrip(",")) for w in proc.stdout.split("C-TORCH")[1:]]
     assert len(diffs) == 6 and max(diffs) < 1e-4, proc.stdout
+
+
+def test_tuning_knobs_reach_every_loaded_library(knobs):
+    """The knobs chosen in Python (nitorch_jit.ops.tuning) are what each compiled library holds,
+    before, inside and after an override; the library's knob list matches the package's."""
+    from nitorch_jit import backend
+    from nitorch_jit.ops import tuning
+    paths = [backend.load_module(m, "cpu") for m in ("pushpull", "regsolve")]
+    for path in paths:
+        assert tuning.library_values(path) == {k: int(v) for k, v in tuning.current().items()}
+    with tuning.override(push_buffer_mb=7, avx2=False, cuda_tiles=False):
+        for path in paths:
+            got = tuning.library_values(path)
+            assert (got["push_buffer_mb"], got["avx2"], got["cuda_tiles"]) == (7, 0, 0)
+    for path in paths:
+        assert tuning.library_values(path) == {k: int(v) for k, v in tuning.current().items()}
+    with pytest.raises(ValueError, match="unknown tuning knob"):
+        knobs(tiles=False)
+    with pytest.raises(TypeError, match="push_buffer_mb"):
+        knobs(push_buffer_mb=-1)

@@ -61,8 +61,8 @@ def test_vs_cpu_float32(CU, C, op, D, ex):
 @gpu
 @pytest.mark.parametrize("op", K.OPS)
 @pytest.mark.parametrize("D,ex", [(1, True), (2, False), (3, True)])
-def test_vs_cpu_64bit_offsets(CU, C, op, D, ex, monkeypatch):
-    monkeypatch.setenv("NI_JIT_CUDA_INDEX", "64")
+def test_vs_cpu_64bit_offsets(CU, C, op, D, ex, knobs):
+    knobs(cuda_index32=False)
     _check(K.compare_sweep(CU, C, "cuda", op, D, ex, F64, 1e-10, full=False))
 
 
@@ -126,10 +126,10 @@ def test_scatter_contention(CU, C, dtype, tol, order):
 @pytest.mark.parametrize("D", [2, 3])
 @pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
 @pytest.mark.parametrize("tiles", ["1", "0"])
-def test_tiled_scatter(CU, C, op, D, dtype, tol, tiles, monkeypatch):
+def test_tiled_scatter(CU, C, op, D, dtype, tol, tiles, knobs):
     """push / pull_backward on grids with one point per source voxel (the block-tiled kernel,
-    and NI_JIT_CUDA_TILES=0 the one-point kernel): near identity with far points, random."""
-    monkeypatch.setenv("NI_JIT_CUDA_TILES", tiles)
+    and with the cuda_tiles knob off the one-point kernel): near identity with far points, random."""
+    knobs(cuda_tiles=tiles == "1")
     _check(K.compare_tiles(CU, C, "cuda", op, D, dtype, tol))
     _check(K.compare_tiles(CU, C, "cuda", op, D, dtype, tol, orders=(1, 3), disp=6.0, far=0.3))
 
@@ -359,3 +359,41 @@ def test_cpu_only_process_never_compiles_cuda():
     asked, status = _result(proc)
     assert "cuda" not in asked and "find_cuda_home" not in asked, asked
     assert status == [["pushpull", "cpu"]], status
+
+
+# ----------------------------------------------------------------------------- affine ops
+@gpu
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
+def test_affine_vs_cpu(CU, C, D, dtype, tol):
+    """affine_pull / affine_push / affine_grad_dot (warp-reduced matrix gradient) against the
+    CPU kernels."""
+    _check(K.compare_affine(CU, C, "cuda", D, dtype, tol))
+
+
+@gpu
+def test_affine_public_api():
+    """affine_pull equals grid_pull on affine_grid bit for bit in float64 (the coordinates are
+    rounded one operation at a time, no fused multiply-add), half data is computed in float32,
+    the matrix gradient matches the grid path's, and a big matrix-gradient reduction (many
+    blocks and warps adding into one entry) matches float64 CPU."""
+    x = torch.randn(2, 3, 9, 8, 7, dtype=F64, device="cuda")
+    A = (torch.eye(3, 4, dtype=F64) * 1.1 + 0.2 * torch.randn(2, 3, 4, dtype=F64)).cuda()
+    for order in (0, 1, 3, 5):
+        want = nj.grid_pull(x, nj.affine_grid(A, [6, 10, 5]), order, "dct2", True)
+        assert torch.equal(nj.affine_pull(x, A, [6, 10, 5], order, "dct2", True), want)
+    y = nj.affine_pull(x.half(), A, [6, 10, 5], 1, "dft", True)
+    assert y.dtype == torch.float16
+    w = torch.randn(2, 3, 6, 10, 5, dtype=F64, device="cuda")
+    A1, A2 = A.clone().requires_grad_(), A.clone().requires_grad_()
+    (nj.affine_pull(x, A1, [6, 10, 5], 3, "zero") * w).sum().backward()
+    (nj.grid_pull(x, nj.affine_grid(A2, [6, 10, 5]), 3, "zero") * w).sum().backward()
+    assert torch.allclose(A1.grad, A2.grad, rtol=1e-10, atol=1e-10)
+    big = torch.randn(1, 1, 96, 96, 96, device="cuda")
+    wb = torch.randn(1, 1, 100, 100, 100, device="cuda")
+    Ab = torch.tensor([[[0.9, 0.1, 0.0, 2.0], [-0.1, 0.9, 0.05, 1.0], [0.0, -0.05, 0.95, 3.0]]],
+                      device="cuda")
+    got = torch.ops.nitorch_jit.affine_grad_dot(wb, big, Ab, [1] * 3, [2] * 3, True)
+    want = torch.ops.nitorch_jit.affine_grad_dot(wb.cpu().double(), big.cpu().double(),
+                                                 Ab.cpu().double(), [1] * 3, [2] * 3, True)
+    assert torch.allclose(got.cpu().double(), want, rtol=1e-3, atol=1e-3 * want.abs().max())

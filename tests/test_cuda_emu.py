@@ -50,8 +50,8 @@ def test_sweep_float32(EMU, C, op, D):
 
 @pytest.mark.parametrize("op", K.OPS)
 @pytest.mark.parametrize("D,ex", [(2, False), (3, True)])
-def test_sweep_64bit_offsets(EMU, C, op, D, ex, monkeypatch):
-    monkeypatch.setenv("NI_JIT_CUDA_INDEX", "64")
+def test_sweep_64bit_offsets(EMU, C, op, D, ex, knobs):
+    knobs(cuda_index32=False)
     _check(K.compare_sweep(EMU, C, "cpu", op, D, ex, F64, 1e-10, full=False))
 
 
@@ -86,7 +86,7 @@ def _phased(EMU):
 @pytest.mark.parametrize("op", K.TILE_OPS)
 @pytest.mark.parametrize("D", [2, 3])
 @pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
-def test_tiled_scatter(EMU, C, op, D, dtype, tol, monkeypatch):
+def test_tiled_scatter(EMU, C, op, D, dtype, tol, knobs):
     """The block-tiled scatter (one point per source voxel) against the CPU kernels: near-
     identity grids with a few points far outside their block's window, NaN, border points
     (every bound), several batches and channels; and it is the kernel that ran."""
@@ -101,7 +101,7 @@ def test_tiled_scatter(EMU, C, op, D, dtype, tol, monkeypatch):
     _check(K.compare_tiles(EMU, C, "cpu", op, D, dtype, tol, orders=(1, 3), disp=6.0, far=0.3,
                            C=1, B=1))
     # turned off: the one-point kernel
-    monkeypatch.setenv("NI_JIT_CUDA_TILES", "0")
+    knobs(cuda_tiles=False)
     before = _phased(EMU)
     _check(K.compare_tiles(EMU, C, "cpu", op, D, dtype, tol, orders=(1,)))
     assert _phased(EMU) == before
@@ -220,3 +220,27 @@ def test_bad_input_raises(EMU):
         EMU.grid_pull_backward(torch.ones(2, 2, 4, 3), x.half(), g.float(), [1, 1], [0, 0], True)
     with pytest.raises(RuntimeError, match="spatial shape"):
         EMU.grid_pull_backward(torch.ones(2, 2, 4, 2, dtype=F64), x, g, [1, 1], [0, 0], True)
+
+
+# ----------------------------------------------------------------------------- affine ops
+@pytest.mark.parametrize("D", [1, 2, 3])
+@pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (F32, 1e-4)])
+def test_affine_ops(EMU, C, D, dtype, tol):
+    """affine_pull / affine_push / affine_grad_dot (coordinates from the matrix in the kernel;
+    the grad_dot reduction kernel) against the CPU kernels: fast and generic paths, every
+    bound, extrapolate on and off, 32- and 64-bit offsets, a matrix shared by the batch."""
+    _check(K.compare_affine(EMU, C, "cpu", D, dtype, tol))
+
+
+def test_affine_bad_input_raises(EMU):
+    x, y, A, S, O = K.affine_case(2)
+    with pytest.raises(RuntimeError, match="affine must have shape"):
+        EMU.affine_pull(x, A[:, :, :2], O, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="dtype"):
+        EMU.affine_pull(x.float(), A, O, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="affine must be float32 or float64"):
+        EMU.affine_pull(x.half(), A.half(), O, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="batch"):
+        EMU.affine_push(y[:1], A, S, [1, 1], [0, 0], True)
+    with pytest.raises(RuntimeError, match="channels"):
+        EMU.affine_grad_dot(y[:, :1], x, A, [1, 1], [0, 0], True)

@@ -67,8 +67,8 @@ def test_resize_float32(EMU, C, D):
 
 
 @pytest.mark.parametrize("prefilter", [False, True])
-def test_resize_64bit_offsets(EMU, C, prefilter, monkeypatch):
-    monkeypatch.setenv("NI_JIT_CUDA_INDEX", "64")
+def test_resize_64bit_offsets(EMU, C, prefilter, knobs):
+    knobs(cuda_index32=False)
     _check(L.resize_sweep(EMU, C, "cpu", 2, F64, 1e-10, prefilter, orders_=[0, 1, 3, 6]))
 
 

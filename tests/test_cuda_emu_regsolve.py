@@ -11,7 +11,7 @@ ops.regularisers.taps; D = 1, 2, 3 with sizes 1, 2, odd and even (voxels on the 
 and on the border path); K = 1, C, C(C+1)/2; weights of 1 and C channels; C = 1, 3 (voxel
 solves in registers), 5 (local arrays) and 12 (the global scratch buffer); relax with the
 periods of ops.regularisers.colour_periods and larger ones; non-contiguous inputs; 64-bit
-offsets (NI_JIT_CUDA_INDEX=64); empty tensors; bad arguments (the CPU ops' messages). What only
+offsets (the cuda_index32 knob off); empty tensors; bad arguments (the CPU ops' messages). What only
 a GPU shows is left to tests/test_cuda_regsolve.py. Needs the CUDA toolkit's headers
 (cuda_runtime_api.h), not a GPU; skipped without them.
 """
@@ -259,8 +259,8 @@ def test_float32(EMU, C, dim):
     check(matvec_sweep(EMU, C, dim, 3, F32, 1e-5, seed=70 + dim))
 
 
-def test_64bit_offsets(EMU, C, monkeypatch):
-    monkeypatch.setenv("NI_JIT_CUDA_INDEX", "64")
+def test_64bit_offsets(EMU, C, knobs):
+    knobs(cuda_index32=False)
     fails = matvec_sweep(EMU, C, 3, 3, seed=80) + matvec_sweep(EMU, C, 2, 12, seed=81)
     check(fails)
     torch.manual_seed(82)

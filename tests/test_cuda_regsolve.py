@@ -123,8 +123,8 @@ def test_realistic_taps_vs_cpu(CU, C, dim):
 
 
 @gpu
-def test_64bit_offsets(CU, C, monkeypatch):
-    monkeypatch.setenv("NI_JIT_CUDA_INDEX", "64")
+def test_64bit_offsets(CU, C, knobs):
+    knobs(cuda_index32=False)
     _check(sweep(CU, C, 3, 3, F64, 1e-10, 300) + sweep(CU, C, 2, 12, F64, 1e-10, 301))
 
 

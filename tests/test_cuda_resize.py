@@ -57,8 +57,8 @@ def test_resize_vs_cpu(CU, C, D, prefilter, dtype, tol):
 
 @gpu
 @pytest.mark.parametrize("prefilter", [False, True])
-def test_resize_64bit_offsets(CU, C, prefilter, monkeypatch):
-    monkeypatch.setenv("NI_JIT_CUDA_INDEX", "64")
+def test_resize_64bit_offsets(CU, C, prefilter, knobs):
+    knobs(cuda_index32=False)
     _check(L.resize_sweep(CU, C, "cuda", 2, F64, 1e-10, prefilter, orders_=[0, 1, 3, 6]))
 
 

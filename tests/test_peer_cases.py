@@ -254,5 +254,6 @@ def test_enum_of_the_wrong_kind_is_refused():
     assert torch.equal(nj.grid_pull(img, grid, 3, [nj.BoundType.dct1]),
                        nj.grid_pull(img, grid, 3, "mirror"))
     # orders stay integers (they agree everywhere), and our enum members work too
-    assert torch.equal(nj.grid_pull(img, grid, nj.InterpolationType.cubic, "dct2"),
-                       nj.grid_pull(img, grid, 3, "dct2"))
+    want = nj.grid_pull(img, grid, 3, "dct2")
+    for order in (nj.InterpolationType.cubic, numpy.int64(3), "cubic", "third"):
+        assert torch.equal(nj.grid_pull(img, grid, order, "dct2"), want), order

@@ -7,9 +7,9 @@ push; all bounds but dst1, whose interpol version zeroes a real voxel, see
 tests/test_pushpull_torch.py); adjointness; finite differences (grad of pull, hess_dot of
 grad_dot); thread-count independence of the scatters (private buffers and atomic path);
 strides (non-contiguous, batch stride 0); float32, including the AVX2 order-1 pull path
-(NI_JIT_DISABLE_AVX2=1 selects the scalar one); out-of-range and non-finite points; bad input
+(the avx2 tuning knob off selects the scalar one); out-of-range and non-finite points; bad input
 raising instead of crashing; bounds.h and spline.h compiled on their own. The scatters' atomic
-path is forced with NI_JIT_PUSH_BUFFER_MB=0. The contract is docs/pushpull-spec.md.
+path is forced with the push_buffer_mb knob at 0. The contract is docs/pushpull-spec.md.
 """
 import itertools
 import math
@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from nitorch_jit import backend
+from nitorch_jit.ops import tuning
 
 ndimage = pytest.importorskip("scipy.ndimage")
 
@@ -370,7 +371,7 @@ def _with_threads(n, fn):
 
 @pytest.mark.parametrize("op", ["grid_push", "grid_pushgrad"])
 @pytest.mark.parametrize("order", [[1, 1, 1], [3, 3, 3], [2, 1, 0]])
-def test_push_thread_count_independent(C, op, order, monkeypatch):
+def test_push_thread_count_independent(C, op, order, knobs):
     S = [20, 18, 22]
     O = [24, 20, 26]  # 12480 points: above the parallel grain size
     grid = rand_coords(O, S, margin=1.0, seed=11)
@@ -379,7 +380,7 @@ def test_push_thread_count_independent(C, op, order, monkeypatch):
     one = _with_threads(1, run)
     two = _with_threads(2, run)
     torch.testing.assert_close(two, one, rtol=1e-12, atol=1e-12)
-    monkeypatch.setenv("NI_JIT_PUSH_BUFFER_MB", "0")  # force the atomic-add path
+    knobs(push_buffer_mb=0)  # force the atomic-add path
     atomic = _with_threads(2, run)
     torch.testing.assert_close(atomic, one, rtol=1e-12, atol=1e-12)
     # float32: same up to rounding
@@ -439,7 +440,7 @@ def test_float32(C, op):
 
 @pytest.mark.parametrize("D", [2, 3])
 @pytest.mark.parametrize("ex", [True, False])
-def test_float32_linear_pull_vectorised(C, D, ex, monkeypatch):
+def test_float32_linear_pull_vectorised(C, D, ex):
     """float32 order-1 pull in 2-D/3-D has an AVX2 path (8 points of a grid row at a time; a
     point whose support leaves the source is redone by the scalar path): it must agree with
     float64 and with the scalar path, for every layout, bound, channel count and odd point."""
@@ -461,9 +462,8 @@ def test_float32_linear_pull_vectorised(C, D, ex, monkeypatch):
             # (huge coordinates fold differently in float32 and float64: compared below only)
             huge = (gg.abs() > 1e20).any(-1).unsqueeze(1).expand_as(want)
             torch.testing.assert_close(out.double()[~huge], want[~huge], rtol=1e-5, atol=1e-5)
-            monkeypatch.setenv("NI_JIT_DISABLE_AVX2", "1")
-            scalar = C.grid_pull(xx.float(), gg.float(), [1] * D, bound, ex)
-            monkeypatch.delenv("NI_JIT_DISABLE_AVX2")
+            with tuning.override(avx2=False):
+                scalar = C.grid_pull(xx.float(), gg.float(), [1] * D, bound, ex)
             torch.testing.assert_close(out, scalar, rtol=1e-6, atol=1e-6)
 
 
@@ -653,7 +653,7 @@ def test_pull_backward_vs_torch(C, TORCH, D, order, bound, ex):
 
 
 @pytest.mark.parametrize("order", [[1, 1, 1], [3, 3, 3], [2, 1, 0]])
-def test_pull_backward_threads_and_atomics(C, order, monkeypatch):
+def test_pull_backward_threads_and_atomics(C, order, knobs):
     """Thread count (private per-thread buffers) and the atomic path give the same result."""
     S, O = [20, 18, 22], [24, 20, 26]
     g = rand_coords(O, S, margin=1.0, seed=11)
@@ -666,7 +666,7 @@ def test_pull_backward_threads_and_atomics(C, order, monkeypatch):
         close(u, v, 1e-12)
     for u, v in zip(_with_threads(2, run), one):
         torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
-    monkeypatch.setenv("NI_JIT_PUSH_BUFFER_MB", "0")
+    knobs(push_buffer_mb=0)
     for u, v in zip(_with_threads(2, run), one):
         torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
 

@@ -6,7 +6,7 @@ channel taps) and on the realistic ones of ops.regularisers.taps; D = 1, 2, 3; s
 5, 8 (rows with and without an interior); K = 1, C, C(C+1)/2; weights of 1 and C channels;
 float32; non-contiguous inputs; relax in place, also on a non-contiguous x, the same bit for
 bit on 1, 2 or 3 threads (its wave order), a gradient that is x; singular voxel blocks; the
-generic per-point path of regsolve.h (NI_JIT_REGSOLVE_GENERIC=1) and the header compiled on
+generic per-point path of regsolve.h (the regsolve_generic tuning knob) and the header compiled on
 its own; bad arguments raising RuntimeError that names the argument. The contract
 is docs/regsolve-spec.md.
 """
@@ -155,12 +155,12 @@ def test_matvec_no_taps_and_empty(C):
     assert C.reg_matvec(e, None, None, [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 2.0, 2.0]).shape == e.shape
 
 
-def test_generic_point_path(C, monkeypatch):
-    """NI_JIT_REGSOLVE_GENERIC=1: every point through regsolve.h alone (point_value,
+def test_generic_point_path(C, knobs):
+    """regsolve_generic knob: every point through regsolve.h alone (point_value,
     add_self_block, add_hess_block, chol_solve), as the CUDA kernels will use it."""
     torch.manual_seed(6)
     rng = random.Random(6)
-    monkeypatch.setenv("NI_JIT_REGSOLVE_GENERIC", "1")
+    knobs(regsolve_generic=True)
     for dim, shape in [(1, [7]), (2, [5, 8]), (3, [3, 8, 5])]:
         flat = random_taps(rng, dim, 3, 40, (0, 1, 2))
         x = torch.randn(2, 3, *shape, dtype=F64)
@@ -184,9 +184,9 @@ def test_generic_point_path(C, monkeypatch):
 
 
 @pytest.mark.parametrize("avx2", ["1", "0"])
-def test_long_rows_both_vector_builds(C, monkeypatch, avx2):
+def test_long_rows_both_vector_builds(C, knobs, avx2):
     """Rows of many lengths (vector chunks, overlapping tails), the AVX2 and baseline sums."""
-    monkeypatch.setenv("NI_JIT_DISABLE_AVX2", "0" if avx2 == "1" else "1")
+    knobs(avx2=avx2 == "1")
     torch.manual_seed(9)
     rng = random.Random(9)
     for n in (5, 6, 9, 12, 21, 37, 40, 71):

@@ -24,20 +24,20 @@ struct GradDotOp {
   int64_t C, P;
   int D;
 
+  // acc[k] = sum_c weight[c] * grad(input[c])[k] at the point (internal dims k)
   template <class TP0, class TP1, class TP2>
-  NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
+  NJ_INLINE void contract(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2,
+                          T* acc) const {
     const T* ib = in + pt.b * sB;
     const T* wp = wt + ws.at(pt);
-    T* o = out + (pt.b * P + pt.p) * D;
-    const int f = 3 - D;
     if (C == 1) {  // the common case, without the channel loop's hoisted addresses
       T g[3];
       grad_point(t0, t1, t2, ib, g);
       const T w = *wp;
-      for (int d = 0; d < D; ++d) o[d] = w * g[f + d];
+      for (int k = 0; k < 3; ++k) acc[k] = w * g[k];
       return;
     }
-    T acc[3] = {T(0), T(0), T(0)};
+    acc[0] = acc[1] = acc[2] = T(0);
     for (int64_t c = 0; c < C; ++c) {
       T g[3];
       grad_point(t0, t1, t2, ib + c * sC, g);
@@ -46,6 +46,14 @@ struct GradDotOp {
       acc[1] += w * g[1];
       acc[2] += w * g[2];
     }
+  }
+
+  template <class TP0, class TP1, class TP2>
+  NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
+    T acc[3];
+    contract(pt, t0, t1, t2, acc);
+    T* o = out + (pt.b * P + pt.p) * D;
+    const int f = 3 - D;
     for (int d = 0; d < D; ++d) o[d] = acc[f + d];
   }
   void empty(const Point& pt) const {
@@ -89,6 +97,80 @@ struct HessDotOp {
     for (int d = 0; d < D; ++d) o[d] = T(0);
   }
 };
+
+// The matrix gradient of affine_pull, reduced per row of points (a row: the points along the
+// innermost dim, all handled by one thread, rows_run): part[row, d] = (sum_i2 g_d, sum_i2 g_d i2)
+// with g = grad_dot at the point; the rows are then combined with their outer indices.
+template <typename T>
+struct AffineDotOp {
+  GradDotOp<T> dot;
+  T* part;         // [B * pts0 * pts1, D, 2], zeroed
+  int64_t n0, n1;  // pts[0], pts[1]
+
+  template <class TP0, class TP1, class TP2>
+  NJ_INLINE void apply(const Point& pt, const TP0& t0, const TP1& t1, const TP2& t2) const {
+    T g[3];
+    dot.contract(pt, t0, t1, t2, g);
+    const int D = dot.D, f = 3 - D;
+    T* o = part + ((pt.b * n0 + pt.i[0]) * n1 + pt.i[1]) * (2 * D);
+    const T i2 = static_cast<T>(pt.i[2]);
+    for (int d = 0; d < D; ++d) {
+      o[2 * d] += g[f + d];
+      o[2 * d + 1] += g[f + d] * i2;
+    }
+  }
+  void empty(const Point&) const {}
+};
+
+// d<weight, affine_pull(input, affine)> / d affine: [B, D, D + 1], a sum over the output
+// voxels i of grad_dot(weight, input)(i) (x) (i, 1), without a grid.
+at::Tensor affine_grad_dot_cpu(const at::Tensor& weight, const at::Tensor& input,
+                               const at::Tensor& affine, at::IntArrayRef order,
+                               at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_affine(affine);
+  check_tensor(input, "input", affine, D, false, "[B, C, *S]", "affine");
+  check_tensor(weight, "weight", affine, D, false, "[B, C, *O]", "affine");
+  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", num(weight.size(1)),
+              ") must equal input channels (", num(input.size(1)), ")");
+  check_options(order, bound, D);
+  at::Tensor out = at::zeros({affine.size(0), D, D + 1}, affine.options());
+  const Geom G = make_points_geom(input.size(0), weight.sizes().slice(2), D, input.size(1),
+                                  input.sizes().slice(2), input.strides().slice(2), order, bound,
+                                  extrapolate);
+  if (out.numel() == 0 || G.P == 0 || G.empty_source() || G.C == 0) return out;
+  const int64_t n0 = G.pts[0], n1 = G.pts[1], rows = G.B * n0 * n1;
+  at::Tensor part = at::zeros({rows, D, 2}, affine.options());
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "affine_grad_dot", [&] {
+    GradDotOp<scalar_t> dot{weight.const_data_ptr<scalar_t>(), point_strides(weight, D, false),
+                            input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
+                            nullptr, G.C, G.P, G.D};
+    AffineDotOp<scalar_t> op{dot, part.data_ptr<scalar_t>(), n0, n1};
+    rows_run<scalar_t, 1, kGradDotFast>(G, affine_coords<scalar_t>(affine), op);
+    // combine the rows (in float64): column j < D - 1 weighs a row by its outer index i_j
+    const scalar_t* pp = part.const_data_ptr<scalar_t>();
+    scalar_t* op_ = out.data_ptr<scalar_t>();
+    const int f = G.first();
+    for (int64_t b = 0; b < G.B; ++b) {
+      double acc[3][4] = {{0}};
+      for (int64_t i0 = 0; i0 < n0; ++i0)
+        for (int64_t i1 = 0; i1 < n1; ++i1) {
+          const scalar_t* r = pp + ((b * n0 + i0) * n1 + i1) * (2 * D);
+          const int64_t idx[3] = {i0, i1, 0};
+          for (int64_t d = 0; d < D; ++d) {
+            const double s = r[2 * d], si = r[2 * d + 1];
+            for (int64_t j = 0; j + 1 < D; ++j) acc[d][j] += s * static_cast<double>(idx[f + j]);
+            acc[d][D - 1] += si;
+            acc[d][D] += s;
+          }
+        }
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t j = 0; j <= D; ++j)
+          op_[b * out.stride(0) + d * out.stride(1) + j * out.stride(2)] =
+              static_cast<scalar_t>(acc[d][j]);
+    }
+  });
+  return out;
+}
 
 template <bool kHess>
 at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
@@ -146,4 +228,5 @@ at::Tensor grid_hess_dot_cpu(const at::Tensor& weight, const at::Tensor& input,
 TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
   m.impl("grid_grad_dot", &nitorch_jit::pushpull::cpu::grid_grad_dot_cpu);
   m.impl("grid_hess_dot", &nitorch_jit::pushpull::cpu::grid_hess_dot_cpu);
+  m.impl("affine_grad_dot", &nitorch_jit::pushpull::cpu::affine_grad_dot_cpu);
 }

@@ -32,26 +32,33 @@ NJ_AVX2 __m256 nat_ps(__m256 v) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
 }
 
-// Cubic B-spline weights of the taps i0 .. i0+3 at fractional position u (spline.h's
-// SplineTaps<3, 0>, with FMAs).
+// A product that the compiler may not fuse with the add that follows (GCC contracts a * b + c
+// into an FMA in FMA-enabled code unless told not to; the scalar path has no FMA).
+NJ_AVX2 __m256 mul_nf(__m256 a, __m256 b) {
+  __m256 p = _mm256_mul_ps(a, b);
+  asm("" : "+x"(p));
+  return p;
+}
+
+// Cubic B-spline weights of the taps i0 .. i0+3 at fractional position u: spline.h's
+// SplineTaps<3, 0> operation by operation (no FMA), so that the vector path rounds as the scalar
+// one does (affine_pull, which has no 2-D order-3 vector path, equals grid_pull bit for bit).
 NJ_AVX2 void cubic_weights(__m256 u, __m256* w) {
   const __m256 s = _mm256_set1_ps(1.f / 6.f);
   const __m256 one = _mm256_set1_ps(1.f), three = _mm256_set1_ps(3.f);
-  const __m256 u2 = _mm256_mul_ps(u, u), u3 = _mm256_mul_ps(u2, u);
-  // w0 = (1 - u)^3 / 6
-  const __m256 v = _mm256_sub_ps(one, u);
-  w[0] = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(v, v), v), s);
-  // w1 = (3u^3 - 6u^2 + 4) / 6
-  w[1] = _mm256_mul_ps(
-      _mm256_fmadd_ps(_mm256_set1_ps(3.f), u3,
-                      _mm256_fmadd_ps(_mm256_set1_ps(-6.f), u2, _mm256_set1_ps(4.f))),
-      s);
-  // w2 = (-3u^3 + 3u^2 + 3u + 1) / 6
-  w[2] = _mm256_mul_ps(
-      _mm256_fmadd_ps(_mm256_set1_ps(-3.f), u3,
-                      _mm256_fmadd_ps(three, u2, _mm256_fmadd_ps(three, u, one))),
-      s);
-  w[3] = _mm256_mul_ps(u3, s);
+  const __m256 six = _mm256_set1_ps(6.f), four = _mm256_set1_ps(4.f);
+  const __m256 mu = _mm256_sub_ps(_mm256_setzero_ps(), u);
+  // w0 = (((-u + 3) u - 3) u + 1) s
+  __m256 t = mul_nf(_mm256_add_ps(mu, three), u);
+  w[0] = _mm256_mul_ps(_mm256_add_ps(mul_nf(_mm256_sub_ps(t, three), u), one), s);
+  // w1 = (((3 u - 6) u) u + 4) s
+  t = mul_nf(mul_nf(_mm256_sub_ps(mul_nf(three, u), six), u), u);
+  w[1] = _mm256_mul_ps(_mm256_add_ps(t, four), s);
+  // w2 = (((-3 u + 3) u + 3) u + 1) s
+  t = mul_nf(_mm256_add_ps(mul_nf(_mm256_set1_ps(-3.f), u), three), u);
+  w[2] = _mm256_mul_ps(_mm256_add_ps(mul_nf(_mm256_add_ps(t, three), u), one), s);
+  // w3 = ((u u) u) s
+  w[3] = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(u, u), u), s);
 }
 
 // Taps k and k+1 of one source row for 8 points (natural order): row + base[lane] + {0, 1}.
@@ -78,7 +85,7 @@ struct ScalarPoints {
     pt.p += j;
     pt.i[2] += j;
     float x[3] = {0.f, 0.f, 0.f};
-    const bool ok = rule.load(gp + j * G.g[2], x);
+    const bool ok = rule.load(GridRow<float>{gp, G.g[2], G.gD}, j, x);
     scalar(pt, x, ok);
   }
   // the points of block l..l+7 whose in_mask bit is clear
@@ -193,9 +200,15 @@ struct Pull2dAvx2 {
           __m256 t[O + 1];
           tap_pairs(src_row, blk.blo, blk.bhi, t[0], t[1]);
           if constexpr (O == 3) tap_pairs(src_row + 2, blk.blo, blk.bhi, t[2], t[3]);
-          __m256 v = _mm256_mul_ps(w2[0], t[0]);
-          for (int k = 1; k <= O; ++k) v = _mm256_fmadd_ps(w2[k], t[k], v);
-          acc = r == 0 ? _mm256_mul_ps(w1[0], v) : _mm256_fmadd_ps(w1[r], v, acc);
+          // order 1 as pull_cpu.cpp's Pull1Avx2 (FMAs), order 3 as the scalar path (none):
+          // the paths affine_pull takes, which must round as grid_pull does
+          __m256 v = mul_nf(w2[0], t[0]);
+          for (int k = 1; k <= O; ++k)
+            v = O == 1 ? _mm256_fmadd_ps(w2[k], t[k], v) : _mm256_add_ps(v, mul_nf(w2[k], t[k]));
+          if (r == 0)
+            acc = mul_nf(w1[0], v);
+          else
+            acc = O == 1 ? _mm256_fmadd_ps(w1[r], v, acc) : _mm256_add_ps(acc, mul_nf(w1[r], v));
         }
         _mm256_storeu_ps(ob + c * op.P + l, acc);
       }
@@ -471,8 +484,7 @@ inline int fast2d_avx2_order(const Geom& G) {
   if (!cpu || G.D != 2) return 0;
   const int o = G.order[1];
   if ((o != 1 && o != 3) || G.order[2] != o || G.sst[2] != 1) return 0;
-  const char* env = std::getenv("NI_JIT_DISABLE_AVX2");
-  if (env && *env && *env != '0') return 0;
+  if (!tuning::get(tuning::kAvx2)) return 0;
   constexpr int64_t kMax = 0x7fffffff;
   // size >= O + 1: a masked lane reads the taps of voxel 0, which must exist
   for (int k = 1; k < 3; ++k)
@@ -487,8 +499,7 @@ inline bool fast3d_avx2_order1(const Geom& G) {
   if (!cpu || G.D != 3 || G.sst[2] != 1) return false;
   for (int k = 0; k < 3; ++k)
     if (G.order[k] != 1) return false;
-  const char* env = std::getenv("NI_JIT_DISABLE_AVX2");
-  if (env && *env && *env != '0') return false;
+  if (!tuning::get(tuning::kAvx2)) return false;
   constexpr int64_t kMax = 0x7fffffff;
   int64_t span = 0;
   for (int k = 0; k < 3; ++k) {
@@ -507,9 +518,8 @@ bool try_pull_avx2(const Geom& G, const float* grid, const Op& op) {
   if (o == 0 && !three) return false;
   at::parallel_for(0, G.B * G.P, grain_size(G), [&](int64_t b, int64_t e) {
     auto run = [&](auto kernel) {
-      for_rows(G, grid, b, e, [&](Point pt, const float* gp, int64_t count) {
-        kernel.row(pt, gp, count);
-      });
+      for_rows(G, coords_of(grid), b, e,
+               [&](Point pt, const auto& r, int64_t count) { kernel.row(pt, r.gp, count); });
     };
     if (three)
       run(Pull3dAvx2<Op>(G, op));
@@ -528,9 +538,8 @@ bool try_pullback_avx2(const Geom& G, const float* grid, int64_t begin, int64_t 
                        const Op& op) {
   if (op.gs.s[2] * 7 > 0x7fffffff) return false;
   auto run = [&](auto kernel) {
-    for_rows(G, grid, begin, end, [&](Point pt, const float* gp, int64_t count) {
-      kernel.row(pt, gp, count);
-    });
+    for_rows(G, coords_of(grid), begin, end,
+             [&](Point pt, const auto& r, int64_t count) { kernel.row(pt, r.gp, count); });
   };
   if (fast2d_avx2_order(G) == 1)
     run(PullBack2dAvx2<Op>(G, op));

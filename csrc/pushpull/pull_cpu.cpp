@@ -76,6 +76,22 @@ struct GradOp {
 // Needs every index to fit in int32 (pull1_avx2_usable).
 #define NJ_PULL1_AVX2 1
 
+// Coordinate d of the 8 points l..l+7 of a row: gathered from the grid (lane: the 8 points'
+// offsets), or computed from the matrix as AffineRow::coord does (same operations, same order:
+// no fused multiply-add, so the same bits).
+__attribute__((target("avx2,fma"))) inline __m256 coords8(const GridRow<float>& r, int d,
+                                                          int64_t l, __m256i lane) {
+  return _mm256_i32gather_ps(r.gp + l * r.g2 + d * r.gD, lane, 4);
+}
+__attribute__((target("avx2,fma"))) inline __m256 coords8(const AffineRow<float>& r, int d,
+                                                          int64_t l, __m256i) {
+  const __m256 i = _mm256_add_ps(_mm256_set1_ps(static_cast<float>(r.i2 + l)),
+                                 _mm256_setr_ps(0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f));
+  __m256 ai = _mm256_mul_ps(_mm256_set1_ps(r.a[d]), i);
+  asm("" : "+x"(ai));  // the product stays rounded: no contraction into an FMA (GCC's default)
+  return _mm256_add_ps(_mm256_set1_ps(r.r[d]), ai);
+}
+
 template <int DIM>
 struct Pull1Avx2 {
   const Geom& G;
@@ -86,7 +102,8 @@ struct Pull1Avx2 {
   Pull1Avx2(const Geom& G_, const PullOp<float>& op_)
       : G(G_), op(op_), scalar(G_, op_), rule(G_, DIM) {}
 
-  __attribute__((target("avx2,fma"))) void row(Point pt, const float* gp, int64_t count) {
+  template <class Row>
+  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& gp, int64_t count) {
     constexpr int first = 3 - DIM;
     const int64_t g2 = G.g[2];
     const __m256i lane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
@@ -102,12 +119,11 @@ struct Pull1Avx2 {
     float* ob = op.out + pt.b * op.C * op.P + pt.p;
     int64_t l = 0;
     for (; l + 8 <= count; l += 8) {
-      const float* g = gp + l * g2;
       __m256 w0[3], w1[3];
       __m256i base = _mm256_setzero_si256();
       __m256i inside = _mm256_set1_epi32(-1);
       for (int k = first; k < 3; ++k) {
-        const __m256 x = _mm256_i32gather_ps(g + (k - first) * G.gD, lane, 4);
+        const __m256 x = coords8(gp, k - first, l, lane);
         const __m256 fl = _mm256_floor_ps(x);
         const __m256i i = _mm256_cvttps_epi32(fl);  // NaN, huge -> INT_MIN: not inside
         inside = _mm256_and_si256(
@@ -158,11 +174,12 @@ struct Pull1Avx2 {
   }
 
   // point j of the row, scalar (out of line: keeps the vector loop's registers free)
-  __attribute__((noinline)) void point(Point pt, const float* gp, int64_t j) {
+  template <class Row>
+  __attribute__((noinline)) void point(Point pt, const Row& gp, int64_t j) {
     pt.p += j;
     pt.i[2] += j;
     float x[3] = {0.f, 0.f, 0.f};
-    const bool ok = rule.load(gp + j * G.g[2], x);
+    const bool ok = rule.load(gp, j, x);
     scalar(pt, x, ok);
   }
 };
@@ -172,8 +189,7 @@ bool pull1_avx2_usable(const Geom& G) {
   if (!cpu || (G.D != 2 && G.D != 3)) return false;
   for (int k = G.first(); k < 3; ++k)
     if (G.order[k] != 1) return false;
-  const char* env = std::getenv("NI_JIT_DISABLE_AVX2");
-  if (env && *env && *env != '0') return false;
+  if (!tuning::get(tuning::kAvx2)) return false;
   constexpr int64_t kMax = 0x7fffffff;
   int64_t span = 0;  // largest element index of one channel
   for (int k = G.first(); k < 3; ++k) {
@@ -184,11 +200,12 @@ bool pull1_avx2_usable(const Geom& G) {
   return span <= kMax && 7 * G.g[2] + 2 * G.gD <= kMax;
 }
 
-void pull1_avx2_run(const Geom& G, const float* grid, const PullOp<float>& op) {
+template <class Coords>
+void pull1_avx2_run(const Geom& G, const Coords& co, const PullOp<float>& op) {
   const int64_t n = G.B * G.P;
   at::parallel_for(0, n, grain_size(G), [&](int64_t b, int64_t e) {
     auto run = [&](auto kernel) {
-      for_rows(G, grid, b, e, [&](Point pt, const float* gp, int64_t count) {
+      for_rows(G, co, b, e, [&](Point pt, const auto& gp, int64_t count) {
         kernel.row(pt, gp, count);
       });
     };
@@ -200,18 +217,19 @@ void pull1_avx2_run(const Geom& G, const float* grid, const PullOp<float>& op) {
 }
 #endif  // AVX2 path
 
-template <typename T>
-bool try_pull1_avx2(const Geom&, const T*, const PullOp<T>&) {
+// src: a grid pointer or a coordinate source (pushpull_cpu.h)
+template <typename T, class Src>
+bool try_pull1_avx2(const Geom& G, const Src& src, const PullOp<T>& op) {
+#ifdef NJ_PULL1_AVX2
+  if constexpr (std::is_same<T, float>::value) {
+    if (!pull1_avx2_usable(G)) return false;
+    pull1_avx2_run(G, coords_of(src), op);
+    return true;
+  }
+#endif
+  (void)G, (void)src, (void)op;
   return false;
 }
-#ifdef NJ_PULL1_AVX2
-template <>
-bool try_pull1_avx2<float>(const Geom& G, const float* grid, const PullOp<float>& op) {
-  if (!pull1_avx2_usable(G)) return false;
-  pull1_avx2_run(G, grid, op);
-  return true;
-}
-#endif
 
 std::vector<int64_t> out_shape(const at::Tensor& input, const at::Tensor& grid, int64_t D,
                                bool with_d) {
@@ -262,12 +280,39 @@ at::Tensor grid_grad_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
   return out;
 }
 
+// affine_pull: the points are the voxels of `shape`, their coordinates affine[b] @ (i, 1).
+at::Tensor affine_pull_cpu(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
+                           at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_affine(affine);
+  check_tensor(input, "input", affine, D, false, "[B, C, *S]", "affine");
+  check_options(order, bound, D);
+  check_shape(shape, D);
+  std::vector<int64_t> osize = {input.size(0), input.size(1)};
+  osize.insert(osize.end(), shape.begin(), shape.end());
+  at::Tensor out = at::empty(osize, input.options());
+  if (out.numel() == 0) return out;
+  const Geom G = make_points_geom(input.size(0), shape, D, input.size(1), input.sizes().slice(2),
+                                  input.strides().slice(2), order, bound, extrapolate);
+  if (G.empty_source()) return out.zero_();
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "affine_pull", [&] {
+    PullOp<scalar_t> op{input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
+                        out.data_ptr<scalar_t>(), G.C, G.P};
+    const AffineCoords<scalar_t> co = affine_coords<scalar_t>(affine);
+    if (try_pull1_avx2(G, co, op)) return;
+    gather_run<scalar_t, 0, kPullFast>(G, co, op);
+  });
+  return out;
+}
+
 }  // namespace
 }  // namespace cpu
 }  // namespace pushpull
 }  // namespace nitorch_jit
 
+NJ_DEFINE_SET_TUNING()  // one per library: this one for the CPU pushpull library
+
 TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
   m.impl("grid_pull", &nitorch_jit::pushpull::cpu::grid_pull_cpu);
   m.impl("grid_grad", &nitorch_jit::pushpull::cpu::grid_grad_cpu);
+  m.impl("affine_pull", &nitorch_jit::pushpull::cpu::affine_pull_cpu);
 }

@@ -11,6 +11,12 @@ cudaError_t launch<kPull>(const Params& p, Dtype dtype, bool i32, cudaStream_t s
   return launch_all<PullOp, (1 << 0) | (1 << 1) | (1 << 3), 0>(p, dtype, i32, stream);
 }
 
+// affine_pull: fast paths with 32-bit offsets only (float32, float64)
+template <>
+cudaError_t launch<kAffinePull>(const Params& p, Dtype dtype, bool i32, cudaStream_t stream) {
+  return launch_affine<AffinePullOp, (1 << 0) | (1 << 1) | (1 << 3), 0>(p, dtype, i32, stream);
+}
+
 }  // namespace cuda
 }  // namespace pushpull
 }  // namespace nitorch_jit

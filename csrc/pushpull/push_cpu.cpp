@@ -66,13 +66,6 @@ struct PushGradOp {
   void empty(const Point&) const {}
 };
 
-void check_shape(at::IntArrayRef shape, int64_t D) {
-  TORCH_CHECK(static_cast<int64_t>(shape.size()) == D, "shape must have D = ", num(D),
-              " entries (the output spatial size), got ", num(shape.size()));
-  for (int64_t d = 0; d < D; ++d)
-    TORCH_CHECK(shape[d] >= 0, "shape[", num(d), "] must be >= 0, got ", num(shape[d]));
-}
-
 template <bool kGrad>
 at::Tensor push_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef shape,
                      at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
@@ -115,6 +108,35 @@ at::Tensor grid_pushgrad_cpu(const at::Tensor& input, const at::Tensor& grid,
                              at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
                              bool extrapolate) {
   return push_impl<true>(input, grid, shape, order, bound, extrapolate);
+}
+
+// affine_push: the adjoint of affine_pull. input [B, C, *O] holds one value per output voxel of
+// the pull; they are splatted at affine[b] @ (i, 1) into [B, C, *shape].
+at::Tensor affine_push_cpu(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
+                           at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_affine(affine);
+  check_tensor(input, "input", affine, D, false, "[B, C, *O]", "affine");
+  check_options(order, bound, D);
+  check_shape(shape, D);
+  std::vector<int64_t> osize = {input.size(0), input.size(1)};
+  osize.insert(osize.end(), shape.begin(), shape.end());
+  at::Tensor out = at::zeros(osize, input.options());
+  if (out.numel() == 0) return out;
+  std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
+  const Geom G = make_points_geom(input.size(0), input.sizes().slice(2), D, input.size(1), shape,
+                                  ostride, order, bound, extrapolate);
+  const int64_t N = G.src[0] * G.src[1] * G.src[2];
+  const PointStrides is = point_strides(input, D, false);
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "affine_push", [&] {
+    const scalar_t* ip = input.const_data_ptr<scalar_t>();
+    const int64_t C = G.C;
+    auto make_op = [&](scalar_t* dst, auto add) {
+      return PushOp<scalar_t, decltype(add)>{ip, is, dst, C, N};
+    };
+    scatter_run<scalar_t, 0, kPushFast>(G, affine_coords<scalar_t>(affine),
+                                        out.data_ptr<scalar_t>(), out.numel(), make_op);
+  });
+  return out;
 }
 
 // grid_pull_backward. Each point's grid coordinates and incoming gradient are read once and its
@@ -218,4 +240,5 @@ TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
   m.impl("grid_push", &nitorch_jit::pushpull::cpu::grid_push_cpu);
   m.impl("grid_pushgrad", &nitorch_jit::pushpull::cpu::grid_pushgrad_cpu);
   m.impl("grid_pull_backward", &nitorch_jit::pushpull::cpu::grid_pull_backward_cpu);
+  m.impl("affine_push", &nitorch_jit::pushpull::cpu::affine_push_cpu);
 }

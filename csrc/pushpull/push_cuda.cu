@@ -11,6 +11,12 @@ cudaError_t launch<kPush>(const Params& p, Dtype dtype, bool i32, cudaStream_t s
   return launch_all<PushOp, (1 << 0) | (1 << 1) | (1 << 3), 0>(p, dtype, i32, stream);
 }
 
+// affine_push: fast paths with 32-bit offsets only (float32, float64)
+template <>
+cudaError_t launch<kAffinePush>(const Params& p, Dtype dtype, bool i32, cudaStream_t stream) {
+  return launch_affine<AffinePushOp, (1 << 1) | (1 << 3), 0>(p, dtype, i32, stream);
+}
+
 }  // namespace cuda
 }  // namespace pushpull
 }  // namespace nitorch_jit

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "nitorch_jit/message.h"
+#include "nitorch_jit/tuning.h"
 #include "pushpull_point.h"
 
 namespace nitorch_jit {
@@ -114,7 +115,7 @@ inline int64_t check_grid(const at::Tensor& grid) {
 
 // A tensor [B, C, *spatial(D)] (+ a trailing D when with_d).
 inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& grid, int64_t D,
-                         bool with_d, const char* layout) {
+                         bool with_d, const char* layout, const char* ref = "grid") {
   TORCH_CHECK(t.defined(), name, " is undefined");
   const int64_t want = D + 2 + (with_d ? 1 : 0);
   TORCH_CHECK(t.dim() == want, name, " must have ", num(want), " dims ", layout, " for D = ", num(D),
@@ -122,9 +123,9 @@ inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor
   TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor, got device ", dev(t));
   TORCH_CHECK(t.layout() == at::kStrided, name, " must be a strided (dense) tensor");
   TORCH_CHECK(t.scalar_type() == grid.scalar_type(), name, " dtype (", dt(t.scalar_type()),
-              ") must match grid dtype (", dt(grid.scalar_type()), ")");
+              ") must match ", ref, " dtype (", dt(grid.scalar_type()), ")");
   TORCH_CHECK(t.size(0) == grid.size(0), name, " batch size (", num(t.size(0)),
-              ") must equal grid batch size (", num(grid.size(0)), ")");
+              ") must equal ", ref, " batch size (", num(grid.size(0)), ")");
   if (with_d)
     TORCH_CHECK(t.size(-1) == D, name, ".size(-1) must be D = ", num(D), ", got ", num(t.size(-1)));
 }
@@ -152,29 +153,128 @@ inline void check_options(at::IntArrayRef order, at::IntArrayRef bound, int64_t 
   }
 }
 
-// Geometry from the grid, options, and the source tensor's sizes/strides (spatial dims only).
-inline Geom make_geom(const at::Tensor& grid, int64_t D, int64_t C, at::IntArrayRef src_size,
-                      at::IntArrayRef src_stride, at::IntArrayRef order, at::IntArrayRef bound,
-                      bool extrapolate) {
+inline void check_shape(at::IntArrayRef shape, int64_t D) {
+  TORCH_CHECK(static_cast<int64_t>(shape.size()) == D, "shape must have D = ", num(D),
+              " entries (the output spatial size), got ", num(shape.size()));
+  for (int64_t d = 0; d < D; ++d)
+    TORCH_CHECK(shape[d] >= 0, "shape[", num(d), "] must be >= 0, got ", num(shape[d]));
+}
+
+// Geometry of B batches of points of spatial shape `pts`, options, and the source tensor's
+// sizes/strides (spatial dims only). No grid strides: see make_geom.
+inline Geom make_points_geom(int64_t B, at::IntArrayRef pts, int64_t D, int64_t C,
+                             at::IntArrayRef src_size, at::IntArrayRef src_stride,
+                             at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
   Geom G;
   G.D = static_cast<int>(D);
-  G.B = grid.size(0);
+  G.B = B;
   G.C = C;
   G.extrapolate = extrapolate;
-  G.gB = grid.stride(0);
-  G.gD = grid.stride(-1);
   const int f = G.first();
   for (int64_t d = 0; d < D; ++d) {
     const int k = f + static_cast<int>(d);
     G.src[k] = src_size[d];
     G.sst[k] = src_stride[d];
-    G.pts[k] = grid.size(1 + d);
-    G.g[k] = grid.stride(1 + d);
+    G.pts[k] = pts[d];
     G.order[k] = static_cast<int>(order[d]);
     G.bound[k] = static_cast<int>(bound[d]);
   }
   G.P = G.pts[0] * G.pts[1] * G.pts[2];
   return G;
+}
+
+// Geometry from the grid, options, and the source tensor's sizes/strides (spatial dims only).
+inline Geom make_geom(const at::Tensor& grid, int64_t D, int64_t C, at::IntArrayRef src_size,
+                      at::IntArrayRef src_stride, at::IntArrayRef order, at::IntArrayRef bound,
+                      bool extrapolate) {
+  Geom G = make_points_geom(grid.size(0), grid.sizes().slice(1, D), D, C, src_size, src_stride,
+                            order, bound, extrapolate);
+  G.gB = grid.stride(0);
+  G.gD = grid.stride(-1);
+  for (int64_t d = 0; d < D; ++d) G.g[G.first() + d] = grid.stride(1 + d);
+  return G;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Coordinate sources of the point loops. A source gives the row of points (along the innermost
+// point dim) that starts at pt; a row gives coord(d, l), coordinate d (0..D-1) of its point l.
+// GridCoords reads a grid tensor [B, *O, D]; AffineCoords computes the coordinates from a
+// matrix [B, D, D+1] (voxel to voxel), x_d = ((A[d,D] + A[d,0] i_0) + A[d,1] i_1) + A[d,2] i_2
+// in this order, one rounding per operation, as nitorch_jit.affine_grid does (so that
+// affine_pull(x, A) == grid_pull(x, affine_grid(A)) bit for bit) and as scipy.ndimage's
+// affine_transform does (offset first).
+template <typename T>
+struct GridRow {
+  const T* gp;
+  int64_t g2, gD;
+  NJ_INLINE T coord(int d, int64_t l) const { return gp[l * g2 + d * gD]; }
+};
+
+template <typename T>
+struct GridCoords {
+  const T* grid;
+  NJ_INLINE GridRow<T> row(const Geom& G, const Point& pt) const {
+    return {grid + pt.b * G.gB + pt.i[0] * G.g[0] + pt.i[1] * G.g[1] + pt.i[2] * G.g[2], G.g[2],
+            G.gD};
+  }
+};
+
+template <typename T>
+struct AffineRow {
+  T r[3], a[3];  // per coordinate: the row's partial sum (offset and outer terms), the i_2 column
+  int64_t i2;    // innermost index of the row's first point
+  NJ_INLINE T coord(int d, int64_t l) const { return r[d] + a[d] * static_cast<T>(i2 + l); }
+};
+
+template <typename T>
+struct AffineCoords {
+  const T* mat;  // [B, D, D+1] (batch stride 0: one matrix for every batch)
+  int64_t mB, mR, mC;
+  int D;
+  AffineRow<T> row(const Geom& G, const Point& pt) const {
+    AffineRow<T> w;
+    const T* m = mat + pt.b * mB;
+    const int f = 3 - D;
+    for (int d = 0; d < D; ++d) {
+      const T* md = m + d * mR;
+      T r = md[D * mC];
+      for (int j = 0; j + 1 < D; ++j) r = r + md[j * mC] * static_cast<T>(pt.i[f + j]);
+      w.r[d] = r;
+      w.a[d] = md[(D - 1) * mC];
+    }
+    w.i2 = pt.i[2];
+    return w;
+  }
+};
+
+template <typename T>
+inline AffineCoords<T> affine_coords(const at::Tensor& affine) {
+  return {affine.const_data_ptr<T>(), affine.stride(0), affine.stride(1), affine.stride(2),
+          static_cast<int>(affine.size(1))};
+}
+
+// The loops take a grid pointer or a coordinate source.
+template <typename T>
+NJ_INLINE GridCoords<T> coords_of(const T* grid) {
+  return {grid};
+}
+template <typename T>
+NJ_INLINE const AffineCoords<T>& coords_of(const AffineCoords<T>& a) {
+  return a;
+}
+
+// affine [B, D, D+1] (float32 / float64, CPU): returns D.
+inline int64_t check_affine(const at::Tensor& affine) {
+  TORCH_CHECK(affine.defined(), "affine is undefined");
+  TORCH_CHECK(affine.dim() == 3 && affine.size(2) == affine.size(1) + 1 && affine.size(1) >= 1 &&
+                  affine.size(1) <= 3,
+              "affine must have shape [B, D, D + 1] with D in 1..3, got shape ",
+              shape_str(affine.sizes()));
+  TORCH_CHECK(affine.device().is_cpu(), "affine must be a CPU tensor, got device ", dev(affine));
+  TORCH_CHECK(affine.layout() == at::kStrided, "affine must be a strided (dense) tensor");
+  TORCH_CHECK(affine.scalar_type() == at::kFloat || affine.scalar_type() == at::kDouble,
+              "affine must be float32 or float64, got ", dt(affine.scalar_type()));
+  return affine.size(1);
 }
 
 inline int64_t grain_size(const Geom& G) {
@@ -206,11 +306,12 @@ struct CoordRule {
     for (int k = 0; k < 3; ++k)
       hi[k] = static_cast<T>(G.src[k] - 1) + static_cast<T>(kExtrapolateTol);
   }
-  // false: the point contributes nothing
-  NJ_INLINE bool load(const T* gp, T* x) const {
+  // point l of the row; false: the point contributes nothing
+  template <class Row>
+  NJ_INLINE bool load(const Row& row, int64_t l, T* x) const {
     bool ok = true;
     for (int k = 2; k >= first && k >= 0; --k) {
-      T v = gp[(k - first) * gD];
+      T v = row.coord(k - first, l);
       if (!extrapolate) {
         ok = ok && (v >= lo && v <= hi[k]);  // false for NaN
       } else if (!(std::abs(v) <= lim)) {
@@ -225,10 +326,10 @@ struct CoordRule {
   }
 };
 
-// Walks [begin, end) row by row (rows along the innermost grid dim): fn(pt, gp, count) with pt
-// the row's first point, gp its grid address, count its number of points (stride G.g[2]).
-template <typename T, class Fn>
-NJ_INLINE void for_rows(const Geom& G, const T* grid, int64_t begin, int64_t end, Fn&& fn) {
+// Walks [begin, end) row by row (rows along the innermost point dim): fn(pt, row, count) with pt
+// the row's first point, row its coordinates (co.row) and count its number of points.
+template <class Coords, class Fn>
+NJ_INLINE void for_rows(const Geom& G, const Coords& co, int64_t begin, int64_t end, Fn&& fn) {
   Point pt;
   pt.b = begin / G.P;
   pt.p = begin - pt.b * G.P;
@@ -241,7 +342,7 @@ NJ_INLINE void for_rows(const Geom& G, const T* grid, int64_t begin, int64_t end
   int64_t q = begin;
   while (q < end) {
     const int64_t count = std::min(end - q, G.pts[2] - pt.i[2]);
-    fn(pt, grid + pt.b * G.gB + pt.i[0] * G.g[0] + pt.i[1] * G.g[1] + pt.i[2] * G.g[2], count);
+    fn(pt, co.row(G, pt), count);
     q += count;
     pt.p += count;
     pt.i[2] = 0;
@@ -257,15 +358,14 @@ NJ_INLINE void for_rows(const Geom& G, const T* grid, int64_t begin, int64_t end
 }
 
 // Every point of [begin, end): fn(pt, x, ok) with x its (checked) coordinates.
-template <typename T, class Fn>
-NJ_INLINE void for_points(const Geom& G, const T* grid, int64_t begin, int64_t end, int nd,
+template <typename T, class Coords, class Fn>
+NJ_INLINE void for_points(const Geom& G, const Coords& co, int64_t begin, int64_t end, int nd,
                           Fn&& fn) {
   const CoordRule<T> rule(G, nd);
-  const int64_t g2 = G.g[2];
-  for_rows(G, grid, begin, end, [&](Point pt, const T* gp, int64_t count) {
-    for (int64_t l = 0; l < count; ++l, gp += g2, ++pt.p, ++pt.i[2]) {
+  for_rows(G, co, begin, end, [&](Point pt, const auto& row, int64_t count) {
+    for (int64_t l = 0; l < count; ++l, ++pt.p, ++pt.i[2]) {
       T x[3] = {T(0), T(0), T(0)};
-      const bool ok = rule.load(gp, x);
+      const bool ok = rule.load(row, l, x);
       fn(pt, x, ok);
     }
   });
@@ -320,15 +420,16 @@ struct FastPoint {
   }
 };
 
-template <typename T, int O, int DIM, int DER, class Op>
-void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const Op& op) {
+template <typename T, int O, int DIM, int DER, class Src, class Op>
+void run_points(const Geom& G, const Src& src, int64_t begin, int64_t end, const Op& op) {
+  const auto& co = coords_of(src);
   if constexpr (O < 0) {
     // generic
     using FT = Taps<T, kMaxTaps, DER>;
     const int first = 3 - G.D;
     FT f[3];
     for (int k = 0; k < first; ++k) f[k].set_unit();
-    for_points(G, grid, begin, end, G.D, [&](const Point& pt, const T* x, bool ok) {
+    for_points<T>(G, co, begin, end, G.D, [&](const Point& pt, const T* x, bool ok) {
       if (!ok) return op.empty(pt);
       for (int k = first; k < 3; ++k) {
         make_taps_rt<DER>(G.order[k], x[k], G.src[k], G.bound[k], G.sst[k], f[k]);
@@ -338,7 +439,7 @@ void run_points(const Geom& G, const T* grid, int64_t begin, int64_t end, const 
     });
   } else {
     FastPoint<T, O, DIM, DER, Op> point(G, op);
-    for_points(G, grid, begin, end, DIM, point);
+    for_points<T>(G, co, begin, end, DIM, point);
   }
 }
 
@@ -383,8 +484,8 @@ constexpr int dtype_mask(int mask) {
 }
 
 // Gather ops (one output per point, no conflicts): parallel over points.
-template <typename T, int DER, int MASK, class Op>
-void gather_run(const Geom& G, const T* grid, const Op& op) {
+template <typename T, int DER, int MASK, class Src, class Op>
+void gather_run(const Geom& G, const Src& grid, const Op& op) {
   const int64_t n = G.B * G.P;
   if (n == 0) return;
   const int64_t grain = grain_size(G);
@@ -397,18 +498,25 @@ void gather_run(const Geom& G, const T* grid, const Op& op) {
   });
 }
 
-// Bytes of private per-thread output copies a scatter may allocate (NI_JIT_PUSH_BUFFER_MB,
-// default 256 MiB); beyond that it uses atomic adds.
-inline int64_t scatter_buffer_budget() {
-  const char* env = std::getenv("NI_JIT_PUSH_BUFFER_MB");
-  int64_t mb = 256;
-  if (env && *env) {
-    char* endp = nullptr;
-    const long long v = std::strtoll(env, &endp, 10);
-    if (endp != env && v >= 0) mb = std::min<long long>(v, 1LL << 30);
-  }
-  return mb << 20;
+// Gather ops that accumulate per row of points (rows along the innermost point dim): parallel
+// over whole rows, so a row's accumulator is touched by one thread only.
+template <typename T, int DER, int MASK, class Src, class Op>
+void rows_run(const Geom& G, const Src& src, const Op& op) {
+  const int64_t rows = G.B * G.pts[0] * G.pts[1], n2 = G.pts[2];
+  if (rows == 0 || n2 == 0) return;
+  const int64_t grain = std::max<int64_t>(1, grain_size(G) / n2);
+  with_variant<dtype_mask<T>(MASK)>(G, [&](auto O, auto DIM) {
+    constexpr int kO = decltype(O)::value;
+    constexpr int kD = decltype(DIM)::value;
+    at::parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
+      run_points<T, kO, kD, DER>(G, src, b * n2, e * n2, op);
+    });
+  });
 }
+
+// Bytes of private per-thread output copies a scatter may allocate (the push_buffer_mb knob,
+// NI_JIT_PUSH_BUFFER_MB, default 256 MiB); beyond that it uses atomic adds.
+inline int64_t scatter_buffer_budget() { return tuning::get(tuning::kPushBufferMB) << 20; }
 
 // An op may offer a vectorised kernel for a range of points, bool fast_range(G, grid, begin,
 // end) const, true when it handled them (else the generic loop runs).
@@ -428,15 +536,15 @@ inline bool batch_split_ok(int64_t B, int64_t nt) {
 // chunk t adds into its own private copy (chunk 0 into out), then the copies are summed into
 // out in a fixed order, so the result depends on the thread count only through rounding.
 // If the copies would exceed the budget, all threads add atomically into out instead.
-template <typename T, int DER, int MASK, class MakeOp>
-void scatter_run(const Geom& G, const T* grid, T* out, int64_t out_numel, MakeOp&& make_op) {
+template <typename T, int DER, int MASK, class Src, class MakeOp>
+void scatter_run(const Geom& G, const Src& grid, T* out, int64_t out_numel, MakeOp&& make_op) {
   const int64_t n = G.B * G.P;
   if (n == 0 || out_numel == 0) return;
   const int64_t grain = grain_size(G);
   auto run_plain = [&](int64_t b, int64_t e, T* dst) {
     const auto op = make_op(dst, PlainAdd{});
-    if constexpr (HasFastRange<std::decay_t<decltype(op)>>::value)
-      if (op.fast_range(G, grid, b, e)) return;
+    if constexpr (HasFastRange<std::decay_t<decltype(op)>>::value && std::is_pointer_v<Src>)
+      if (op.fast_range(G, grid, b, e)) return;  // fast paths read a grid tensor
     with_variant<dtype_mask<T>(MASK)>(G, [&](auto O, auto DIM) {
       run_points<T, decltype(O)::value, decltype(DIM)::value, DER>(G, grid, b, e, op);
     });

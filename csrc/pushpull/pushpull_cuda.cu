@@ -30,6 +30,8 @@ using CudaOps = Ops<CudaPolicy>;
 }  // namespace pushpull
 }  // namespace nitorch_jit
 
+NJ_DEFINE_SET_TUNING()
+
 TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
   using nitorch_jit::pushpull::cuda::CudaOps;
   m.impl("grid_pull", &CudaOps::grid_pull);
@@ -39,4 +41,7 @@ TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
   m.impl("grid_grad_dot", &CudaOps::grid_grad_dot);
   m.impl("grid_hess_dot", &CudaOps::grid_hess_dot);
   m.impl("grid_pull_backward", &CudaOps::grid_pull_backward);
+  m.impl("affine_pull", &CudaOps::affine_pull);
+  m.impl("affine_push", &CudaOps::affine_push);
+  m.impl("affine_grad_dot", &CudaOps::affine_grad_dot);
 }

@@ -20,7 +20,11 @@ enum OpKind : int {
   kPushGrad = 3,
   kGradDot = 4,
   kHessDot = 5,
-  kPullBack = 6
+  kPullBack = 6,
+  // affine_pull, affine_push, affine_grad_dot: coordinates from the matrix `mat`, no grid
+  kAffinePull = 7,
+  kAffinePush = 8,
+  kAffineDot = 9
 };
 enum Dtype : int { kHalf = 0, kBFloat16 = 1, kFloat = 2, kDouble = 3 };
 
@@ -56,6 +60,9 @@ struct Params {
   // out as a scatter (grad_input), out2 as a dot (grad_grid)
   void* out = nullptr;
   void* out2 = nullptr;
+  // affine ops: contiguous [B, D, D+1] matrix in the computation type (mB = 0: shared)
+  const void* mat = nullptr;
+  int64_t mB = 0;
 };
 
 // Launch one op on `stream` with 32-bit (i32) or 64-bit offsets; returns the launch status.

@@ -23,6 +23,7 @@
 #include "nitorch_jit/bounds.h"
 #include "nitorch_jit/message.h"
 #include "nitorch_jit/spline.h"
+#include "nitorch_jit/tuning.h"
 #include "pushpull_cuda.cuh"
 #include "pushpull_tensor.h"
 
@@ -215,20 +216,16 @@ inline void set_flat(Params& p) {
 
 // The tiled scatter (pushpull_tiles.cuh) pays where points move by a few voxels from their own
 // voxel, so it is asked for where the grid has one point per source voxel (O == S) in 2-D and
-// 3-D; NI_JIT_CUDA_TILES=0 turns it off (benchmarks, tests).
+// 3-D; the cuda_tiles knob (NI_JIT_CUDA_TILES=0) turns it off (benchmarks, tests).
 inline bool want_tiles(const Params& p) {
   if (p.D < 2) return false;
   for (int k = 0; k < 3; ++k)
     if (p.pts[k] != p.src[k]) return false;
-  const char* v = std::getenv("NI_JIT_CUDA_TILES");
-  return !(v && std::strcmp(v, "0") == 0);
+  return tuning::get(tuning::kCudaTiles) != 0;
 }
 
-// Tests force 64-bit offsets with NI_JIT_CUDA_INDEX=64.
-inline bool allow_i32() {
-  const char* v = std::getenv("NI_JIT_CUDA_INDEX");
-  return !(v && std::strcmp(v, "64") == 0);
-}
+// Tests force 64-bit offsets with the cuda_index32 knob off (NI_JIT_CUDA_INDEX=64).
+inline bool allow_i32() { return tuning::get(tuning::kCudaIndex32) != 0; }
 
 template <class Policy, int OP>
 void run(Params& p, const at::Tensor& data, bool i32) {
@@ -366,6 +363,127 @@ std::tuple<at::Tensor, at::Tensor> pullback_impl(const at::Tensor& grad, const a
   return {half ? buf.to(input.scalar_type()) : buf, ggrid};
 }
 
+// --------------------------------------------------------------------------------------------
+// Affine ops: the points are the voxels of a shape, their coordinates affine[b] @ (i, 1)
+// computed in the kernels (load_affine_point). float32 / float64 only.
+
+template <class Policy>
+int64_t check_affine(const at::Tensor& affine) {
+  TORCH_CHECK(affine.defined(), "affine is undefined");
+  TORCH_CHECK(affine.dim() == 3 && affine.size(2) == affine.size(1) + 1 && affine.size(1) >= 1 &&
+                  affine.size(1) <= 3,
+              "affine must have shape [B, D, D + 1] with D in 1..3, got shape ",
+              shape_str(affine.sizes()));
+  TORCH_CHECK(Policy::on_device(affine), "affine must be a ", Policy::kDevice,
+              " tensor, got device ", dev(affine));
+  TORCH_CHECK(affine.layout() == at::kStrided, "affine must be a strided (dense) tensor");
+  const auto t = affine.scalar_type();
+  TORCH_CHECK(t == at::kFloat || t == at::kDouble, "affine must be float32 or float64, got ",
+              dt(t));
+  return affine.size(1);
+}
+
+// t [B, C, *spatial(D)] on affine's device, with its dtype and batch size
+inline void check_affine_tensor(const at::Tensor& t, const char* name, const at::Tensor& affine,
+                                int64_t D, const char* layout) {
+  TORCH_CHECK(t.defined(), name, " is undefined");
+  TORCH_CHECK(t.dim() == D + 2, name, " must have ", num(D + 2), " dims ", layout, " for D = ",
+              num(D), ", got shape ", shape_str(t.sizes()));
+  TORCH_CHECK(t.device() == affine.device(), name, " must be on affine's device (",
+              dev(affine), "), got ", dev(t));
+  TORCH_CHECK(t.layout() == at::kStrided, name, " must be a strided (dense) tensor");
+  TORCH_CHECK(t.scalar_type() == affine.scalar_type(), name, " dtype (", dt(t.scalar_type()),
+              ") must match affine dtype (", dt(affine.scalar_type()), ")");
+  TORCH_CHECK(t.size(0) == affine.size(0), name, " batch size (", num(t.size(0)),
+              ") must equal affine batch size (", num(affine.size(0)), ")");
+}
+
+// Points: the voxels of `pts`; mat: a contiguous [B, D, D+1] matrix.
+inline Params make_affine_params(const at::Tensor& mat, at::IntArrayRef pts, int64_t D,
+                                 at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  Params p;
+  p.D = static_cast<int>(D);
+  p.extrapolate = extrapolate;
+  p.B = mat.size(0);
+  p.mat = mat.const_data_ptr();
+  p.mB = mat.stride(0);
+  const int f = 3 - p.D;
+  for (int64_t d = 0; d < D; ++d) {
+    const int k = f + static_cast<int>(d);
+    p.order[k] = static_cast<int>(order[d]);
+    p.bound[k] = static_cast<int>(bound[d]);
+    p.pts[k] = pts[d];
+  }
+  p.P = p.pts[0] * p.pts[1] * p.pts[2];
+  return p;
+}
+
+template <class Policy>
+at::Tensor affine_pull_impl(const at::Tensor& input, const at::Tensor& affine,
+                            at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
+                            bool extrapolate) {
+  const int64_t D = check_affine<Policy>(affine);
+  check_affine_tensor(input, "input", affine, D, "[B, C, *S]");
+  check_options(order, bound, D);
+  check_shape(shape, D);
+  const typename Policy::Guard guard(affine.device());
+  std::vector<int64_t> osize = {input.size(0), input.size(1)};
+  osize.insert(osize.end(), shape.begin(), shape.end());
+  at::Tensor out = at::empty(osize, input.options());
+  if (out.numel() == 0) return out;
+  if (empty_source(input, D)) return out.zero_();
+  const at::Tensor mat = affine.contiguous();
+  Params p = make_affine_params(mat, shape, D, order, bound, extrapolate);
+  set_gather_source(p, input);
+  p.out = out.data_ptr();
+  run<Policy, kAffinePull>(p, input, fits32(input) && fits32(out));
+  return out;
+}
+
+template <class Policy>
+at::Tensor affine_push_impl(const at::Tensor& input, const at::Tensor& affine,
+                            at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
+                            bool extrapolate) {
+  const int64_t D = check_affine<Policy>(affine);
+  check_affine_tensor(input, "input", affine, D, "[B, C, *O]");
+  check_options(order, bound, D);
+  check_shape(shape, D);
+  const typename Policy::Guard guard(affine.device());
+  std::vector<int64_t> osize = {input.size(0), input.size(1)};
+  osize.insert(osize.end(), shape.begin(), shape.end());
+  at::Tensor out = at::zeros(osize, input.options());
+  if (out.numel() == 0 || input.numel() == 0) return out;
+  const at::Tensor mat = affine.contiguous();
+  Params p = make_affine_params(mat, input.sizes().slice(2), D, order, bound, extrapolate);
+  set_scatter_source(p, shape);
+  set_point_tensor(p, input, false);
+  p.out = out.data_ptr();
+  run<Policy, kAffinePush>(p, input, fits32(input) && fits32(out));
+  return out;
+}
+
+template <class Policy>
+at::Tensor affine_dot_impl(const at::Tensor& weight, const at::Tensor& input,
+                           const at::Tensor& affine, at::IntArrayRef order, at::IntArrayRef bound,
+                           bool extrapolate) {
+  const int64_t D = check_affine<Policy>(affine);
+  check_affine_tensor(input, "input", affine, D, "[B, C, *S]");
+  check_affine_tensor(weight, "weight", affine, D, "[B, C, *O]");
+  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", num(weight.size(1)),
+              ") must equal input channels (", num(input.size(1)), ")");
+  check_options(order, bound, D);
+  const typename Policy::Guard guard(affine.device());
+  at::Tensor out = at::zeros({affine.size(0), D, D + 1}, input.options());
+  if (out.numel() == 0 || weight.numel() == 0 || input.numel() == 0) return out;
+  const at::Tensor mat = affine.contiguous();
+  Params p = make_affine_params(mat, weight.sizes().slice(2), D, order, bound, extrapolate);
+  set_gather_source(p, input);
+  set_point_tensor(p, weight, false);
+  p.out = out.data_ptr();
+  run<Policy, kAffineDot>(p, input, fits32(input) && fits32(weight));
+  return out;
+}
+
 // The ops for one Policy: on_device(t), kDevice (for messages), Guard (device guard),
 // run_kernel<OP>(params, dtype, i32) (launches the kernel, throws on error).
 template <class Policy>
@@ -408,6 +526,24 @@ struct Ops {
       const at::Tensor& grad, const at::Tensor& input, const at::Tensor& grid,
       at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
     return pullback_impl<Policy>(grad, input, grid, order, bound, extrapolate);
+  }
+
+  static at::Tensor affine_pull(const at::Tensor& input, const at::Tensor& affine,
+                                at::IntArrayRef shape, at::IntArrayRef order,
+                                at::IntArrayRef bound, bool extrapolate) {
+    return affine_pull_impl<Policy>(input, affine, shape, order, bound, extrapolate);
+  }
+
+  static at::Tensor affine_push(const at::Tensor& input, const at::Tensor& affine,
+                                at::IntArrayRef shape, at::IntArrayRef order,
+                                at::IntArrayRef bound, bool extrapolate) {
+    return affine_push_impl<Policy>(input, affine, shape, order, bound, extrapolate);
+  }
+
+  static at::Tensor affine_grad_dot(const at::Tensor& weight, const at::Tensor& input,
+                                    const at::Tensor& affine, at::IntArrayRef order,
+                                    at::IntArrayRef bound, bool extrapolate) {
+    return affine_dot_impl<Policy>(weight, input, affine, order, bound, extrapolate);
   }
 };
 

@@ -104,6 +104,8 @@ struct Geo {
   const void* pin;
   void* out;
   void* out2;
+  const void* mat;  // affine ops: [B, D, D+1] in the computation type
+  I mB;
 };
 
 template <typename I>
@@ -140,6 +142,8 @@ inline Geo<I> make_geo(const Params& p) {
   G.pin = p.pin;
   G.out = p.out;
   G.out2 = p.out2;
+  G.mat = p.mat;
+  G.mB = static_cast<I>(p.mB);
   return G;
 }
 
@@ -622,12 +626,14 @@ struct GradDotOp {
   using A = typename AccOf<S>::type;
   static constexpr int DER = 1;
   static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
+  // acc_k = sum_c weight[c] grad(input[c])_k at the point (internal dims k)
   template <int N0, int N1, int N2, class T0, class T1, class T2>
-  static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
-                                               const T1& t1, const T2& t2) {
+  static __device__ __forceinline__ void contract(const Geo<I>& G, I b, I poff, const T0& t0,
+                                                  const T1& t1, const T2& t2, A& acc0, A& acc1,
+                                                  A& acc2) {
     const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
     const S* wt = static_cast<const S*>(G.pin) + poff;
-    A acc0 = A(0), acc1 = A(0), acc2 = A(0);
+    acc0 = acc1 = acc2 = A(0);
     for (I c = 0; c < G.C; ++c) {
       A g0, g1, g2;
       c_grad<N0, N1, N2, A>(t0, t1, t2, in + c * G.sC, g0, g1, g2);
@@ -636,6 +642,12 @@ struct GradDotOp {
       acc1 += w * g1;
       acc2 += w * g2;
     }
+  }
+  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
+                                               const T1& t1, const T2& t2) {
+    A acc0, acc1, acc2;
+    contract<N0, N1, N2>(G, b, poff, t0, t1, t2, acc0, acc1, acc2);
     store(G, b, p, acc0, acc1, acc2);
   }
   static __device__ __forceinline__ void store(const Geo<I>& G, I b, I p, A a0, A a1, A a2) {
@@ -749,9 +761,74 @@ struct PullBackOp {
   }
 };
 
+// The affine ops: pull and push as above, with each point's coordinates computed from the matrix
+// (kAffine, load_coords); affine_grad_dot reduces grad_dot times the homogeneous voxel index
+// over the points (affine_dot_kernel), its op handing the point's grad_dot to the thread (g).
+template <typename S_, typename I_>
+struct AffinePullOp : PullOp<S_, I_> {
+  static constexpr bool kAffine = true;
+};
+
+template <typename S_, typename I_>
+struct AffinePushOp : PushOp<S_, I_> {
+  static constexpr bool kAffine = true;
+  static constexpr bool kTile = false;
+};
+
+template <typename S_, typename I_>
+struct AffineDotOp {
+  using S = S_;
+  using I = I_;
+  using A = typename AccOf<S>::type;
+  static constexpr int DER = 1;
+  static constexpr bool kTile = false;
+  static constexpr bool kAffine = true;
+  A* g;  // the thread's [3]: grad_dot at the point, internal dims
+  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  __device__ __forceinline__ void apply(const Geo<I>& G, I b, I, I poff, const T0& t0,
+                                        const T1& t1, const T2& t2) const {
+    GradDotOp<S, I>::template contract<N0, N1, N2>(G, b, poff, t0, t1, t2, g[0], g[1], g[2]);
+  }
+  __device__ __forceinline__ void empty(const Geo<I>&, I, I) const { g[0] = g[1] = g[2] = A(0); }
+};
+
+template <class Op, class = void>
+struct IsAffine : std::false_type {};
+template <class Op>
+struct IsAffine<Op, std::void_t<decltype(Op::kAffine)>>
+    : std::integral_constant<bool, Op::kAffine> {};
+
+// products and sums of the affine coordinates rounded one by one, as on the CPU and in
+// torch_impl.pushpull.affine_coords (no contraction into fused multiply-adds)
+#ifdef NJ_PUSHPULL_EMULATE  // the host compiler (no FMA in the emulation's target) rounds each
+template <typename A>
+inline A mul_rn(A a, A b) { return a * b; }
+template <typename A>
+inline A add_rn(A a, A b) { return a + b; }
+#else
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+#endif
+
 // --------------------------------------------------------------------------------------------
 // The coordinates x of the point at grid offset goff (internal dims first..2; 0 elsewhere) with
 // the range rules applied; false: the point contributes nothing.
+// The range / finiteness rules for coordinate v of internal dim k; false: no contribution.
+template <typename A, typename I>
+__device__ __forceinline__ bool coord_rule(const Geo<I>& G, int k, A& v) {
+  if (!G.extrapolate) {
+    const A hi = static_cast<A>(G.src[k] - 1) + static_cast<A>(kExtrapolateTol);
+    return v >= -static_cast<A>(kExtrapolateTol) && v <= hi;  // false for NaN
+  }
+  if (!(nj_abs(v) <= static_cast<A>(kCoordLimit))) {
+    if (!isfinite(v)) return false;
+    v = v > A(0) ? static_cast<A>(kCoordLimit) : -static_cast<A>(kCoordLimit);
+  }
+  return true;
+}
+
 template <typename S, typename A, typename I>
 __device__ __forceinline__ bool load_point(const Geo<I>& G, I goff, int first, A* x) {
   bool ok = true;
@@ -760,26 +837,62 @@ __device__ __forceinline__ bool load_point(const Geo<I>& G, I goff, int first, A
     x[k] = A(0);
     if (k >= first) {
       A v = load_coord<S>(G, goff + (k - first) * G.gD);
-      if (!G.extrapolate) {
-        const A hi = static_cast<A>(G.src[k] - 1) + static_cast<A>(kExtrapolateTol);
-        ok = ok && (v >= -static_cast<A>(kExtrapolateTol) && v <= hi);  // false for NaN
-      } else if (!(nj_abs(v) <= static_cast<A>(kCoordLimit))) {
-        if (isfinite(v))
-          v = v > A(0) ? static_cast<A>(kCoordLimit) : -static_cast<A>(kCoordLimit);
-        else
-          ok = false;
-      }
+      ok = coord_rule(G, k, v) && ok;
       x[k] = v;
     }
   }
   return ok;
 }
 
-// One point: coordinates, range rules, tap lists, then the op.
+// Voxel indices (internal dims) of point p of a batch.
+template <typename I>
+__device__ __forceinline__ void point_index(const Geo<I>& G, I p, I* i) {
+  i[2] = p % G.pts[2];
+  const I r = p / G.pts[2];
+  i[1] = r % G.pts[1];
+  i[0] = r / G.pts[1];
+}
+
+// The coordinates of point p of batch b from the matrix: x_d = ((A[d,D] + A[d,0] i_0) +
+// A[d,1] i_1) + A[d,2] i_2 (d = k - first), offset first as on the CPU.
+template <typename A, typename I>
+__device__ __forceinline__ bool load_affine_point(const Geo<I>& G, I b, I p, int first, A* x) {
+  I i[3];
+  point_index(G, p, i);
+  const int D = 3 - first;
+  const A* m = static_cast<const A*>(G.mat) + b * G.mB;
+  bool ok = true;
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    x[k] = A(0);
+    if (k >= first) {
+      const A* md = m + (k - first) * (D + 1);
+      A v = __ldg(md + D);
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        if (j + 1 < D) v = add_rn(v, mul_rn(__ldg(md + j), static_cast<A>(i[first + j])));
+      v = add_rn(v, mul_rn(__ldg(md + D - 1), static_cast<A>(i[2])));
+      ok = coord_rule(G, k, v) && ok;
+      x[k] = v;
+    }
+  }
+  return ok;
+}
+
+template <class Op, typename A, typename I>
+__device__ __forceinline__ bool load_coords(const Geo<I>& G, I b, I p, I goff, int first, A* x) {
+  if constexpr (IsAffine<Op>::value)
+    return load_affine_point(G, b, p, first, x);
+  else
+    return load_point<typename Op::S>(G, goff, first, x);
+}
+
+// One point: coordinates, range rules, tap lists, then the op (an instance: the static
+// functions of most ops, or an op with per-thread state).
 template <class Op, int O, int DIM>
-__device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename Op::I b,
-                                          typename Op::I p, typename Op::I goff,
-                                          typename Op::I poff) {
+__device__ __forceinline__ void run_point_op(const Op& op, const Geo<typename Op::I>& G,
+                                             typename Op::I b, typename Op::I p,
+                                             typename Op::I goff, typename Op::I poff) {
   using S = typename Op::S;
   using A = typename Op::A;
   using I = typename Op::I;
@@ -788,8 +901,8 @@ __device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename
   const int first = kGeneric ? G.first : 3 - DIM;
 
   A x[3];
-  if (!load_point<S>(G, goff, first, x)) {
-    Op::empty(G, b, p);
+  if (!load_coords<Op>(G, b, p, goff, first, x)) {
+    op.empty(G, b, p);
     return;
   }
 
@@ -808,10 +921,10 @@ __device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename
     else
       set_constant(f0);
     if (f0.valid == 0u || f1.valid == 0u || f2.valid == 0u) {
-      Op::empty(G, b, p);  // every tap reads zero
+      op.empty(G, b, p);  // every tap reads zero
       return;
     }
-    Op::template apply<O0 + 1, O1 + 1, O + 1>(G, b, p, poff, f0, f1, f2);
+    op.template apply<O0 + 1, O1 + 1, O + 1>(G, b, p, poff, f0, f1, f2);
   } else {
     RTaps<A, kMaxTaps, DER> t[3];
 #pragma unroll 1
@@ -823,11 +936,18 @@ __device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename
                             static_cast<int64_t>(G.sst[k]), t[k]);
     }
     if (t[0].n == 0 || t[1].n == 0 || t[2].n == 0) {
-      Op::empty(G, b, p);
+      op.empty(G, b, p);
       return;
     }
-    Op::template apply<0, 0, 0>(G, b, p, poff, t[0], t[1], t[2]);
+    op.template apply<0, 0, 0>(G, b, p, poff, t[0], t[1], t[2]);
   }
+}
+
+template <class Op, int O, int DIM>
+__device__ __forceinline__ void run_point(const Geo<typename Op::I>& G, typename Op::I b,
+                                          typename Op::I p, typename Op::I goff,
+                                          typename Op::I poff) {
+  run_point_op<Op, O, DIM>(Op{}, G, b, p, goff, poff);
 }
 
 // grid and per-point tensor offsets of the point (i0, i1, i2) in batch 0
@@ -867,6 +987,67 @@ __global__ void __launch_bounds__(kThreads)
   kernel_body<Op, O, DIM>(G);
 }
 
+// affine_grad_dot: out[b, d, j] += sum over points of g_d (i_0, .., i_{D-1}, 1)_j with g the
+// point's grad_dot. Each thread sums its points (a grid-stride loop) in registers; the warp
+// sums its threads (shuffles; the host emulation adds each thread's sums instead), then one
+// atomic add per warp and entry. No early return: every thread reaches the shuffles.
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+#ifndef NJ_PUSHPULL_EMULATE
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) v += __shfl_down_sync(0xffffffffu, v, s);
+#endif
+  return v;
+}
+
+template <class Op, int O, int DIM>
+__global__ void __launch_bounds__(kThreads)
+    affine_dot_kernel(const __grid_constant__ Geo<typename Op::I> G) {
+  using A = typename Op::A;
+  using I = typename Op::I;
+  const int f = G.first, D = 3 - f;
+  for (I b = static_cast<I>(blockIdx.y); b < G.B; b += static_cast<I>(gridDim.y)) {
+    A acc[3][4];
+#pragma unroll
+    for (int k = 0; k < 3; ++k)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[k][j] = A(0);
+    for (int64_t q = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+         q < static_cast<int64_t>(G.P); q += static_cast<int64_t>(gridDim.x) * kThreads) {
+      const I p = static_cast<I>(q);
+      I i[3], goff, poff;
+      point_index(G, p, i);
+      point_offsets(G, i[0], i[1], i[2], goff, poff);
+      A g[3];
+      run_point_op<Op, O, DIM>(Op{g}, G, b, p, goff, poff + b * G.pB);
+      // column j of the matrix weighs g by: the outer indices i_f.. (j < D - 1), the innermost
+      // index (j = D - 1), 1 (j = D)
+      A h[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        h[j] = j < D - 1 ? static_cast<A>(i[f + j < 2 ? f + j : 2])
+                         : (j == D - 1 ? static_cast<A>(i[2]) : A(j == D ? 1 : 0));
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[k][j] += g[k] * h[j];
+    }
+    A* out = static_cast<A*>(G.out) + b * D * (D + 1);
+#ifdef NJ_PUSHPULL_EMULATE
+    const bool lead = true;
+#else
+    const bool lead = (threadIdx.x & 31) == 0;
+#endif
+#pragma unroll
+    for (int k = 0; k < 3; ++k)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const A v = warp_sum(acc[k][j]);
+        if (lead && k >= f && j <= D && v != A(0)) atomicAdd(out + (k - f) * (D + 1) + j, v);
+      }
+  }
+}
+
 // the order-0/1 fast paths computed in float32, with a register cap
 template <class Op, int O, int DIM>
 __global__ void __launch_bounds__(kThreads, Op::DER == 0 ? NJ_PP_MINB_GATHER : NJ_PP_MINB_DERIV)
@@ -886,26 +1067,49 @@ namespace cuda {
 
 // --------------------------------------------------------------------------------------------
 // Variant selection and launch. MASK bit o: fast path for "every dim has order o".
+// blocks of the affine_grad_dot reduction: enough to fill the GPU, few atomics
+constexpr int64_t kAffineDotBlocks = 512;
+
+template <class Op, int O, int DIM>
+cudaError_t launch_affine_dot(const Geo<typename Op::I>& G, const Params& prm,
+                              cudaStream_t stream) {
+  const int64_t nb = (prm.P + kThreads - 1) / kThreads;
+  const dim3 grid(static_cast<unsigned>(nb < kAffineDotBlocks ? nb : kAffineDotBlocks),
+                  static_cast<unsigned>(prm.B < kMaxGridY ? prm.B : kMaxGridY));
+#ifdef NJ_PUSHPULL_EMULATE
+  (void)stream;
+  nj_emulate_launch(grid, dim3(kThreads), [&] { affine_dot_kernel<Op, O, DIM>(G); });
+  return cudaSuccess;
+#else
+  affine_dot_kernel<Op, O, DIM><<<grid, kThreads, 0, stream>>>(G);
+  return cudaGetLastError();
+#endif
+}
+
 template <class Op, int O, int DIM>
 cudaError_t launch_variant(const Params& prm, cudaStream_t stream) {
   const Geo<typename Op::I> G = make_geo<typename Op::I>(prm);
-  if constexpr (tiled_variant<Op, O, DIM>()) {
-    if (prm.tile) return launch_tiled<Op, O, DIM>(G, prm, stream);
-  }
-  const int64_t bx = (prm.P + kThreads - 1) / kThreads;
-  const dim3 grid(static_cast<unsigned>(bx),
-                  static_cast<unsigned>(prm.B < kMaxGridY ? prm.B : kMaxGridY));
+  if constexpr (std::is_same<Op, AffineDotOp<typename Op::S, typename Op::I>>::value) {
+    return launch_affine_dot<Op, O, DIM>(G, prm, stream);
+  } else {
+    if constexpr (tiled_variant<Op, O, DIM>()) {
+      if (prm.tile) return launch_tiled<Op, O, DIM>(G, prm, stream);
+    }
+    const int64_t bx = (prm.P + kThreads - 1) / kThreads;
+    const dim3 grid(static_cast<unsigned>(bx),
+                    static_cast<unsigned>(prm.B < kMaxGridY ? prm.B : kMaxGridY));
 #ifdef NJ_PUSHPULL_EMULATE  // host emulation for tests without a GPU (tests/test_cuda_emu.py)
-  (void)stream;
-  nj_emulate_launch(grid, dim3(kThreads), [&] { pushpull_kernel<Op, O, DIM>(G); });
-  return cudaSuccess;
+    (void)stream;
+    nj_emulate_launch(grid, dim3(kThreads), [&] { pushpull_kernel<Op, O, DIM>(G); });
+    return cudaSuccess;
 #else
-  if constexpr ((O == 0 || O == 1) && std::is_same<typename Op::A, float>::value)
-    pushpull_kernel_capped<Op, O, DIM><<<grid, kThreads, 0, stream>>>(G);
-  else
-    pushpull_kernel<Op, O, DIM><<<grid, kThreads, 0, stream>>>(G);
-  return cudaGetLastError();
+    if constexpr ((O == 0 || O == 1) && std::is_same<typename Op::A, float>::value)
+      pushpull_kernel_capped<Op, O, DIM><<<grid, kThreads, 0, stream>>>(G);
+    else
+      pushpull_kernel<Op, O, DIM><<<grid, kThreads, 0, stream>>>(G);
+    return cudaGetLastError();
 #endif
+  }
 }
 
 template <class Op, int O>
@@ -950,6 +1154,18 @@ cudaError_t launch_all(const Params& prm, Dtype dtype, bool i32, cudaStream_t st
     case kFloat: return go(float());
     default: return go(double());
   }
+}
+
+// The affine ops: float32 and float64 only (the Python side computes half data in float32).
+template <template <typename, typename> class OpT, int MASK32, int MASK64>
+cudaError_t launch_affine(const Params& prm, Dtype dtype, bool i32, cudaStream_t stream) {
+  auto go = [&](auto s) -> cudaError_t {
+    using S = decltype(s);
+    if (i32) return launch_op<OpT<S, int32_t>, MASK32>(prm, stream);
+    return launch_op<OpT<S, int64_t>, MASK64>(prm, stream);
+  };
+  if (dtype == kFloat) return go(float());
+  return go(double());
 }
 
 }  // namespace cuda

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "nitorch_jit/regsolve.h"
+#include "nitorch_jit/tuning.h"
 #include "regsolve_host.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -544,8 +545,7 @@ __attribute__((target("avx2"))) void solve_lanes_avx2(NJ_RS_SOLVE_ARGS(double)) 
 bool use_avx2() {
 #if defined(NJ_RS_AVX2)
   static const bool cpu = __builtin_cpu_supports("avx2");
-  const char* env = std::getenv("NI_JIT_DISABLE_AVX2");
-  return cpu && !(env && *env && *env != '0');
+  return cpu && tuning::get(tuning::kAvx2);
 #else
   return false;
 #endif
@@ -712,10 +712,7 @@ void eval_row_generic(const Op<T>& op, int64_t b, const int64_t* ridx, int c_out
   }
 }
 
-bool generic_requested() {
-  const char* env = std::getenv("NI_JIT_REGSOLVE_GENERIC");
-  return env && *env && *env != '0';
-}
+bool generic_requested() { return tuning::get(tuning::kRegsolveGeneric) != 0; }
 
 // index of row rr (0 <= rr < R) along the non-last axes
 inline void row_index(const Shape& s, int64_t rr, int64_t* ridx) {
@@ -1321,6 +1318,8 @@ void reg_relax_(at::Tensor& x, const std::optional<at::Tensor>& hessian,
 }
 
 }  // namespace
+
+NJ_DEFINE_SET_TUNING()
 
 TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
   m.impl("reg_matvec", &reg_matvec);

@@ -8,6 +8,8 @@
 #include "nitorch_jit/lines_cuda_policy.cuh"
 #include "regsolve_cuda_host.cuh"
 
+NJ_DEFINE_SET_TUNING()
+
 TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
   using Ops = nitorch_jit::regsolve::cuda::Ops<nitorch_jit::lines_cuda::CudaPolicy>;
   m.impl("reg_matvec", &Ops::reg_matvec);

@@ -22,6 +22,13 @@ MODULES = {
         # both gradients of grid_pull in one pass: (grid_push(grad, grid, input spatial shape),
         # grid_grad_dot(grad, input, grid))
         "grid_pull_backward": "(Tensor grad, Tensor input, Tensor grid, int[] order, int[] bound, bool extrapolate) -> (Tensor, Tensor)",
+        # resampling through an affine map, without a grid: output voxel i of `shape` samples
+        # input at affine[b] @ (i, 1) (affine [B, D, D+1], voxel to voxel). affine_push is the
+        # adjoint (input [B, C, *O], shape = the pulled input's spatial shape); affine_grad_dot
+        # the gradient of <weight, affine_pull(input, affine)> with respect to affine.
+        "affine_pull": "(Tensor input, Tensor affine, int[] shape, int[] order, int[] bound, bool extrapolate) -> Tensor",
+        "affine_push": "(Tensor input, Tensor affine, int[] shape, int[] order, int[] bound, bool extrapolate) -> Tensor",
+        "affine_grad_dot": "(Tensor weight, Tensor input, Tensor affine, int[] order, int[] bound, bool extrapolate) -> Tensor",
     },
     # interpolating B-spline coefficients (the spline prefilter), filtered along each dim of
     # `dim` with order[i] / bound[i]; adjoint=True applies the transposed filter.

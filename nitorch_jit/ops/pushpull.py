@@ -489,7 +489,10 @@ def affine_grid(mat, shape):
     -------
     grid : tensor [*batch, *shape, D]
         ``grid[..., :] = mat[:D, :D] @ v + mat[:D, D]`` at each voxel ``v``; pass it to
-        grid_pull to resample an image.
+        grid_pull to resample an image. Coordinate d is computed as
+        ``((mat[d,D] + mat[d,0] v_0) + mat[d,1] v_1) + mat[d,2] v_2``, in this order with one
+        rounding per operation: the rule affine_pull follows in its kernels, so
+        ``grid_pull(x, affine_grid(mat, shape))`` equals ``affine_pull(x, mat, shape)``.
 
     Examples
     --------
@@ -504,9 +507,5 @@ def affine_grid(mat, shape):
     if mat.dim() < 2 or mat.shape[-1] != dim + 1 or mat.shape[-2] not in (dim, dim + 1):
         raise ValueError(f"mat: expected [*batch, {dim + 1}, {dim + 1}] or [*batch, {dim}, "
                          f"{dim + 1}] for a {dim}-D shape, got {tuple(mat.shape)}")
-    lin, off = mat[..., :dim, :dim], mat[..., :dim, dim]
-    grid = identity_grid(shape, mat.dtype, mat.device)
-    batch = mat.shape[:-2]
-    lin = lin.reshape(batch + (1,) * dim + (dim, dim))
-    off = off.reshape(batch + (1,) * dim + (dim,))
-    return torch.matmul(lin, grid.unsqueeze(-1)).squeeze(-1) + off
+    from ..torch_impl.pushpull import affine_coords
+    return affine_coords(mat[..., :dim, :], [int(s) for s in shape])

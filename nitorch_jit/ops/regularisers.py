@@ -12,6 +12,7 @@ import math
 import torch
 
 from .. import backend
+from ..codes import DCT1, DCT2, DFT, DST1, DST2, REPLICATE, ZERO
 from ..torch_impl import regsolve as _twin
 from . import library  # noqa: F401  (defines the schemas)
 from .options import BOUND_NAMES, bound_codes, check_tensor, per_dim, positive_floats
@@ -25,9 +26,9 @@ _HALF = (torch.float16, torch.bfloat16)
 _M = {-1: -1.0, 0: 2.0, 1: -1.0}
 _B = {-2: 1.0, -1: -4.0, 0: 6.0, 1: -4.0, 2: 1.0}
 _G = {-1: -0.5, 1: 0.5}
-# bound codes: 2 dct2, 3 dst1, 4 dst2, 5 dft, 6 zero. The dual bound makes G's transpose -G.
-_DUAL = {2: 4, 4: 2, 3: 3, 5: 5, 6: 6}
-_REFUSED = {0: "replicate", 1: "dct1"}
+# The dual bound makes G's transpose -G.
+_DUAL = {DCT2: DST2, DST2: DCT2, DST1: DST1, DFT: DFT, ZERO: ZERO}
+_REFUSED = (REPLICATE, DCT1)
 
 
 def _ensure(device):
@@ -104,7 +105,7 @@ def bounds(bound, dim):
     for b in codes:
         if b in _REFUSED:
             raise ValueError(
-                f"bound: {_REFUSED[b]!r} makes the regulariser non-symmetric (conjugate "
+                f"bound: {BOUND_NAMES[b]!r} makes the regulariser non-symmetric (conjugate "
                 f"gradients would solve the wrong system); use 'dct2' (Neumann, the same as "
                 f"replicate for a membrane), 'dst1', 'dst2', 'dft' or 'zero'")
     return codes
@@ -198,7 +199,7 @@ def colour_periods(flat, shape, bnd):
     out = []
     for n, b in zip(shape, bnd):
         p = r + 1
-        if r and b == 5 and n > p:
+        if r and b == DFT and n > p:
             while 1 <= n % p <= r:
                 p += 1
         out.append(p)
@@ -378,7 +379,7 @@ def regulariser(x, absolute=0, membrane=0, bending=0, factor=1, voxel_size=1, bo
         Multiplies every penalty (per channel).
     voxel_size : float or list[float]
         Per spatial dim.
-    bound : str or list[str]
+    bound : str or BoundType, or a list of them
         'dct2' (default, Neumann), 'dst1', 'dst2', 'dft' or 'zero' (dct1 and replicate are
         refused: they make L non-symmetric).
     dim : int, optional
@@ -420,7 +421,7 @@ def regulariser_grid(v, absolute=0, membrane=0, bending=0, lame=0, factor=1, vox
     factor : float
         Multiplies every penalty.
     voxel_size : float or list[float]
-    bound : str or list[str], default 'dft'
+    bound : str or BoundType, or a list of them, default 'dft'
     weights : tensor [*batch, *spatial], optional
         Voxel weights (absolute and membrane only).
     hessian : tensor [*batch, *spatial, K], optional

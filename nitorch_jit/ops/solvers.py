@@ -320,7 +320,8 @@ _PARAMS_FIELD = """hessian : tensor [*batch, K, *spatial] or None
     absolute, membrane, bending : float or list[float], >= 0
     factor : float or list[float]
     voxel_size : float or list[float]
-    bound : str, default 'dct2' (dct1 and replicate are refused)"""
+    bound : str or BoundType, or a list of them, default 'dct2' (dct1 and replicate are
+        refused)"""
 
 _PARAMS_GRID = """hessian : tensor [*batch, *spatial, K] or None
         Voxel-wise Hessian, K = 1, D or D(D+1)/2.
@@ -331,7 +332,7 @@ _PARAMS_GRID = """hessian : tensor [*batch, *spatial, K] or None
         Linear elasticity (shear, div).
     factor : float
     voxel_size : float or list[float]
-    bound : str, default 'dft'
+    bound : str or BoundType, or a list of them, default 'dft'
     weights : tensor [*batch, *spatial], optional
         Voxel weights (absolute and membrane only)."""
 

@@ -302,6 +302,92 @@ def grid_pull_backward(grad, input, grid, order, bound, extrapolate):
             grid_grad_dot(grad, input, grid, order, bound, extrapolate))
 
 
+# ----------------------------------------------------------------------------- affine maps
+def affine_coords(mat, shape, start=0, stop=None):
+    """Coordinates affine[..., d, :] @ (i, 1) of the voxels i of `shape` whose first index lies
+    in [start, stop): [*batch, stop - start, *shape[1:], D] from `mat` [*batch, D, D+1].
+
+    The rule of every affine resampling here (affine_grid, affine_pull in C, CUDA and this
+    twin): x_d = ((A[d,D] + A[d,0] i_0) + A[d,1] i_1) + A[d,2] i_2, left to right (the offset
+    first, as scipy.ndimage.affine_transform sums), one rounding per operation (no fused
+    multiply-add), in mat's dtype.
+    """
+    D = len(shape)
+    stop = shape[0] if stop is None else stop
+    batch = mat.shape[:-2]
+    axes = []
+    for j, n in enumerate(shape):
+        i = torch.arange(start, stop) if j == 0 else torch.arange(n)
+        view = [1] * D
+        view[j] = -1
+        axes.append(i.to(mat.dtype).to(mat.device).view(*view))
+    coords = []
+    for d in range(D):
+        acc = mat[..., d, D].reshape(batch + (1,) * D)
+        for j in range(D):
+            acc = acc + mat[..., d, j].reshape(batch + (1,) * D) * axes[j]
+        coords.append(acc)
+    out = torch.stack(coords, -1)
+    return out.expand(batch + (stop - start,) + tuple(shape[1:]) + (D,))
+
+
+def _affine_chunks(shape, max_points=1 << 20):
+    """Ranges of the first output dim holding about max_points voxels each."""
+    rows = max(1, max_points // max(1, math.prod(shape[1:])))
+    return [(s, min(s + rows, shape[0])) for s in range(0, shape[0], rows)]
+
+
+def affine_kernels(pull, push, grad_dot):
+    """The affine ops built on grid kernels (grid_pull, grid_push, grid_grad_dot of the pushpull
+    schemas): the grid of a chunk of the first output dim at a time, so memory stays bounded.
+    Serves this twin and any backend that has only the grid ops."""
+
+    def affine_pull(input, affine, shape, order, bound, extrapolate):
+        """pull at affine_coords(affine, shape), chunk by chunk."""
+        shape = [int(n) for n in shape]
+        if any(n == 0 for n in shape) or input.shape[1] == 0:
+            return input.new_zeros([input.shape[0], input.shape[1], *shape])
+        return torch.cat([pull(input, affine_coords(affine, shape, s, e), order, bound,
+                               extrapolate) for s, e in _affine_chunks(shape)], dim=2)
+
+    def affine_push(input, affine, shape, order, bound, extrapolate):
+        """Adjoint of affine_pull: push at affine_coords, accumulated over chunks."""
+        pts = list(input.shape[2:])
+        out = input.new_zeros([input.shape[0], input.shape[1], *[int(n) for n in shape]])
+        if out.numel() == 0 or any(n == 0 for n in pts):
+            return out
+        for s, e in _affine_chunks(pts):
+            out = out + push(input[:, :, s:e], affine_coords(affine, pts, s, e), shape, order,
+                             bound, extrapolate)
+        return out
+
+    def affine_grad_dot(weight, input, affine, order, bound, extrapolate):
+        """d<weight, affine_pull(input)>/d affine: sum over output voxels i of g(i) (x) (i, 1)."""
+        pts = list(weight.shape[2:])
+        D = len(pts)
+        out = affine.new_zeros([affine.shape[0], D, D + 1])
+        if any(n == 0 for n in pts) or any(n == 0 for n in input.shape[2:]) \
+                or input.shape[1] == 0:
+            return out
+        eye = torch.eye(D, D + 1, dtype=affine.dtype, device=affine.device)[None]
+        for s, e in _affine_chunks(pts):
+            g = grad_dot(weight[:, :, s:e], input, affine_coords(affine, pts, s, e), order,
+                         bound, extrapolate)  # [B, *chunk, D]
+            idx = affine_coords(eye, pts, s, e)  # the voxel indices [1, *chunk, D]
+            hom = torch.cat([idx, idx.new_ones(idx.shape[:-1] + (1,))], -1)
+            out = out + torch.einsum("b...d,b...j->bdj", g, hom.expand(g.shape[:-1] + (D + 1,)))
+        return out
+
+    return {"affine_pull": affine_pull, "affine_push": affine_push,
+            "affine_grad_dot": affine_grad_dot}
+
+
+_AFFINE = affine_kernels(grid_pull, grid_push, grid_grad_dot)
+affine_pull = _AFFINE["affine_pull"]
+affine_push = _AFFINE["affine_push"]
+affine_grad_dot = _AFFINE["affine_grad_dot"]
+
+
 KERNELS = {
     "grid_pull": grid_pull,
     "grid_push": grid_push,
@@ -310,4 +396,7 @@ KERNELS = {
     "grid_grad_dot": grid_grad_dot,
     "grid_hess_dot": grid_hess_dot,
     "grid_pull_backward": grid_pull_backward,
+    "affine_pull": affine_pull,
+    "affine_push": affine_push,
+    "affine_grad_dot": affine_grad_dot,
 }

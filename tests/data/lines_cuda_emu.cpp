@@ -32,6 +32,8 @@
 
 using nj_emu::EmuPolicy;
 
+NJ_DEFINE_SET_TUNING()
+
 TORCH_LIBRARY_IMPL(nj_emu_lines, CPU, m) {
   using Splinc = nitorch_jit::splinc::cuda::Ops<EmuPolicy>;
   using Resize = nitorch_jit::resize::cuda::Ops<EmuPolicy>;

@@ -59,6 +59,8 @@ using EmuOps = Ops<EmuPolicy>;
 }  // namespace pushpull
 }  // namespace nitorch_jit
 
+NJ_DEFINE_SET_TUNING()
+
 TORCH_LIBRARY_IMPL(nj_emu, CPU, m) {
   using nitorch_jit::pushpull::cuda::EmuOps;
   m.impl("grid_pull", &EmuOps::grid_pull);
@@ -68,6 +70,9 @@ TORCH_LIBRARY_IMPL(nj_emu, CPU, m) {
   m.impl("grid_grad_dot", &EmuOps::grid_grad_dot);
   m.impl("grid_hess_dot", &EmuOps::grid_hess_dot);
   m.impl("grid_pull_backward", &EmuOps::grid_pull_backward);
+  m.impl("affine_pull", &EmuOps::affine_pull);
+  m.impl("affine_push", &EmuOps::affine_push);
+  m.impl("affine_grad_dot", &EmuOps::affine_grad_dot);
 }
 
 // How many tiled launches ran (the tests check that the tiled scatter was taken).

@@ -33,6 +33,8 @@
 
 using nj_emu::EmuPolicy;
 
+NJ_DEFINE_SET_TUNING()
+
 TORCH_LIBRARY_IMPL(nj_emu_regsolve, CPU, m) {
   using Ops = nitorch_jit::regsolve::cuda::Ops<EmuPolicy>;
   m.impl("reg_matvec", &Ops::reg_matvec);

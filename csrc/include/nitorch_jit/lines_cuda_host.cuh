@@ -22,15 +22,13 @@
 
 #include "nitorch_jit/lines_cuda.h"
 #include "nitorch_jit/splinc.h"
+#include "nitorch_jit/tuning.h"
 
 namespace nitorch_jit {
 namespace lines_cuda {
 
-// Tests force 64-bit offsets with NI_JIT_CUDA_INDEX=64 (as the pushpull kernels).
-inline bool allow_i32() {
-  const char* v = std::getenv("NI_JIT_CUDA_INDEX");
-  return !(v && std::strcmp(v, "64") == 0);
-}
+// Tests force 64-bit offsets with the cuda_index32 knob (as the pushpull kernels).
+inline bool allow_i32() { return tuning::get(tuning::kCudaIndex32) != 0; }
 
 inline bool fits32(int64_t numel) { return numel < std::numeric_limits<int32_t>::max(); }
 

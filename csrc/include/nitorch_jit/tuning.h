@@ -1,0 +1,54 @@
+// Tuning knobs of the kernels (fast paths on or off, 32-bit offsets, buffer budgets). They are
+// chosen in Python (nitorch_jit/ops/tuning.py: the environment read once, overrides for tests
+// and benchmarks) and handed to each library right after it is loaded, through the one C entry
+// point that NJ_DEFINE_SET_TUNING() defines. Kernels read them here, never the environment.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace nitorch_jit {
+namespace tuning {
+
+// The order of nitorch_jit/ops/tuning.py's KNOBS.
+enum Knob : int {
+  kAvx2 = 0,          // CPU AVX2+FMA paths allowed (when the CPU has them)
+  kRegsolveGeneric,   // CPU regularisers: every voxel through the generic per-point code
+  kCudaTiles,         // CUDA: block-tiled scatter for push / pull backward
+  kCudaIndex32,       // CUDA: 32-bit offsets allowed where they fit
+  kPushBufferMB,      // CPU push: MiB of private per-thread outputs before atomics
+  kNumKnobs
+};
+
+// One set per library (hidden: the CPU and CUDA libraries of a module do not share it). The
+// initial values are placeholders: Python sets every knob before the library's first op runs.
+#if defined(__GNUC__)
+__attribute__((visibility("hidden")))
+#endif
+inline std::atomic<int64_t>* values() {
+  static std::atomic<int64_t> v[kNumKnobs] = {{1}, {0}, {1}, {1}, {256}};
+  return v;
+}
+
+inline int64_t get(Knob k) { return values()[k].load(std::memory_order_relaxed); }
+
+}  // namespace tuning
+}  // namespace nitorch_jit
+
+// Defines `int64_t nitorch_jit_set_tuning(const int64_t* v, int64_t n)` (sets the first n
+// knobs) and `int64_t nitorch_jit_get_tuning(int64_t* v, int64_t n)` (reads them back, for
+// tests); both return how many knobs the library has. Once per library, in the file that
+// registers its ops.
+#define NJ_DEFINE_SET_TUNING()                                                          \
+  extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_set_tuning(     \
+      const int64_t* v, int64_t n) {                                                    \
+    for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
+      nitorch_jit::tuning::values()[k].store(v[k], std::memory_order_relaxed);          \
+    return nitorch_jit::tuning::kNumKnobs;                                              \
+  }                                                                                     \
+  extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_get_tuning(     \
+      int64_t* v, int64_t n) {                                                          \
+    for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
+      v[k] = nitorch_jit::tuning::get(static_cast<nitorch_jit::tuning::Knob>(k));       \
+    return nitorch_jit::tuning::kNumKnobs;                                              \
+  }

@@ -1,0 +1,124 @@
+"""Tuning knobs of the compiled kernels: chosen here, handed to each library when it loads.
+
+The kernels never read the environment. The defaults come from these variables, read once
+when this module is imported (README, "Environment variables"):
+
+=========================  ==================  ===============================================
+knob                       variable            meaning
+=========================  ==================  ===============================================
+``avx2``                   NI_JIT_DISABLE_AVX2 CPU AVX2+FMA paths allowed (=1 turns them off)
+``regsolve_generic``       NI_JIT_REGSOLVE_GENERIC  CPU regularisers through the generic code
+``cuda_tiles``             NI_JIT_CUDA_TILES   CUDA block-tiled scatter (=0 turns it off)
+``cuda_index32``           NI_JIT_CUDA_INDEX   CUDA 32-bit offsets where they fit (=64: never)
+``push_buffer_mb``         NI_JIT_PUSH_BUFFER_MB  CPU push: MiB of per-thread outputs
+=========================  ==================  ===============================================
+
+Tests and benchmarks switch them with ``override(...)``, which reaches every loaded library.
+"""
+import contextlib
+import ctypes
+import os
+import threading
+
+# The order of csrc/include/nitorch_jit/tuning.h's Knob enum.
+KNOBS = ("avx2", "regsolve_generic", "cuda_tiles", "cuda_index32", "push_buffer_mb")
+
+_LOCK = threading.Lock()
+_SETTERS = {}  # library path -> its nitorch_jit_set_tuning, for every library loaded
+
+
+def _flag(name, default, on_value=None):
+    """A boolean from the environment: unset/empty -> default; else '0' is False, any other
+    value True (or, with on_value, True exactly when the value equals it)."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return default
+    return v == on_value if on_value is not None else v != "0"
+
+
+def _from_environment():
+    mb = os.environ.get("NI_JIT_PUSH_BUFFER_MB", "").strip()
+    try:
+        mb = min(max(int(mb), 0), 1 << 30) if mb else 256
+    except ValueError:
+        raise ValueError(f"NI_JIT_PUSH_BUFFER_MB={mb!r}: expected a whole number of MiB") from None
+    return {
+        "avx2": not _flag("NI_JIT_DISABLE_AVX2", False),
+        "regsolve_generic": _flag("NI_JIT_REGSOLVE_GENERIC", False),
+        "cuda_tiles": _flag("NI_JIT_CUDA_TILES", True),
+        "cuda_index32": not _flag("NI_JIT_CUDA_INDEX", False, on_value="64"),
+        "push_buffer_mb": mb,
+    }
+
+
+_VALUES = _from_environment()
+
+
+def current():
+    """The knobs in force, as a dict."""
+    return dict(_VALUES)
+
+
+def _push(setter):
+    arr = (ctypes.c_int64 * len(KNOBS))(*[int(_VALUES[k]) for k in KNOBS])
+    setter(arr, len(KNOBS))
+
+
+def attach(path):
+    """Hand the knobs to the library at `path` (already loaded), and to it again on every
+    later change. A library without the entry point (built by an older version) is ignored."""
+    if str(path) in _SETTERS:
+        return
+    try:
+        setter = ctypes.CDLL(str(path)).nitorch_jit_set_tuning
+    except (OSError, AttributeError):
+        return
+    setter.restype = ctypes.c_int64
+    setter.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+    with _LOCK:
+        _SETTERS[str(path)] = setter
+        _push(setter)
+
+
+def library_values(path):
+    """The knobs as the library at `path` holds them (tests): dict, or None if it has none."""
+    try:
+        getter = ctypes.CDLL(str(path)).nitorch_jit_get_tuning
+    except (OSError, AttributeError):
+        return None
+    getter.restype = ctypes.c_int64
+    arr = (ctypes.c_int64 * len(KNOBS))()
+    n = getter(arr, len(KNOBS))
+    if n != len(KNOBS):
+        raise RuntimeError(f"{path} has {n} tuning knobs, this package {len(KNOBS)}: a build "
+                           f"from another version; clear the cache (nitorch-jit cache clear)")
+    return dict(zip(KNOBS, arr))
+
+
+def set_knobs(**knobs):
+    """Set knobs (names of KNOBS) in every loaded library; returns the previous values."""
+    unknown = set(knobs) - set(KNOBS)
+    if unknown:
+        raise ValueError(f"unknown tuning knob(s) {sorted(unknown)}; expected some of {KNOBS}")
+    with _LOCK:
+        old = dict(_VALUES)
+        for k, v in knobs.items():
+            if k == "push_buffer_mb":
+                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                    raise TypeError(f"push_buffer_mb: expected a whole number >= 0, got {v!r}")
+            elif not isinstance(v, bool):
+                raise TypeError(f"{k}: expected True or False, got {v!r}")
+            _VALUES[k] = v
+        for setter in _SETTERS.values():
+            _push(setter)
+    return old
+
+
+@contextlib.contextmanager
+def override(**knobs):
+    """``with override(cuda_tiles=False): ...`` sets knobs for the block, then restores them."""
+    old = set_knobs(**knobs)
+    try:
+        yield
+    finally:
+        set_knobs(**{k: old[k] for k in knobs})
