@@ -1,6 +1,7 @@
 // grid_pull and grid_grad on CPU (docs/pushpull-spec.md).
 #include <torch/library.h>
 
+#include "fastpath_cpu.h"
 #include "pushpull_cpu.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -251,6 +252,10 @@ at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
   AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_pull", [&] {
     PullOp<scalar_t> op{input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
                         out.data_ptr<scalar_t>(), G.C, G.P};
+#ifdef NJ_FASTPATH_AVX2
+    if constexpr (std::is_same_v<scalar_t, float>)
+      if (try_pull_avx2(G, grid.const_data_ptr<float>(), op)) return;
+#endif
     if (try_pull1_avx2(G, grid.const_data_ptr<scalar_t>(), op)) return;
     gather_run<scalar_t, 0, kPullFast>(G, grid.const_data_ptr<scalar_t>(), op);
   });

@@ -7,6 +7,7 @@
 
 #include <tuple>
 
+#include "fastpath_cpu.h"
 #include "pushpull_cpu.h"
 #include "pushpull_tensor.h"
 
@@ -181,6 +182,14 @@ struct PullBackOp {
   void empty(const Point& pt) const {
     T* o = gg + (pt.b * P + pt.p) * D;
     for (int d = 0; d < D; ++d) o[d] = T(0);
+  }
+  // order 1, float32, 2-D or 3-D: the vector path of fastpath_cpu.h (scatter_run asks first)
+  bool fast_range(const Geom& G, const T* grid, int64_t begin, int64_t end) const {
+#ifdef NJ_FASTPATH_AVX2
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<Add, PlainAdd>)
+      return try_pullback_avx2(G, grid, begin, end, *this);
+#endif
+    return false;
   }
 };
 

@@ -458,10 +458,23 @@ void rows_run(const Geom& G, const Src& src, const Op& op) {
 // NI_JIT_PUSH_BUFFER_MB, default 256 MiB); beyond that it uses atomic adds.
 inline int64_t scatter_buffer_budget() { return tuning::get(tuning::kPushBufferMB) << 20; }
 
+// An op may offer a vectorised kernel for a range of points, bool fast_range(G, grid, begin,
+// end) const, true when it handled them (else the generic loop runs).
+template <class Op, class = void>
+struct HasFastRange : std::false_type {};
+template <class Op>
+struct HasFastRange<Op, std::void_t<decltype(&Op::fast_range)>> : std::true_type {};
+
+// Enough batches to split among nt threads with little imbalance (each thread whole batches).
+inline bool batch_split_ok(int64_t B, int64_t nt) {
+  return B >= nt && (B % nt == 0 || B >= 4 * nt);
+}
+
 // Scatter ops. make_op(T* dst, AddTag) returns the op writing into dst (a full output-sized
-// buffer). Single thread: plain adds into out. Several: the points are split into nt equal
-// chunks, chunk t adds into its own private copy (chunk 0 into out), then the copies are summed
-// into out in a fixed order, so the result depends on the thread count only through rounding.
+// buffer). Single thread: plain adds into out. Several, with enough batches: each thread adds
+// whole batches into out (batch_split_ok). Else the points are split into nt equal chunks,
+// chunk t adds into its own private copy (chunk 0 into out), then the copies are summed into
+// out in a fixed order, so the result depends on the thread count only through rounding.
 // If the copies would exceed the budget, all threads add atomically into out instead.
 template <typename T, int DER, int MASK, class Src, class MakeOp>
 void scatter_run(const Geom& G, const Src& grid, T* out, int64_t out_numel, MakeOp&& make_op) {
@@ -470,6 +483,8 @@ void scatter_run(const Geom& G, const Src& grid, T* out, int64_t out_numel, Make
   const int64_t grain = grain_size(G);
   auto run_plain = [&](int64_t b, int64_t e, T* dst) {
     const auto op = make_op(dst, PlainAdd{});
+    if constexpr (HasFastRange<std::decay_t<decltype(op)>>::value && std::is_pointer_v<Src>)
+      if (op.fast_range(G, grid, b, e)) return;  // fast paths read a grid tensor
     with_variant<dtype_mask<T>(MASK)>(G, [&](auto O, auto DIM) {
       run_points<T, decltype(O)::value, decltype(DIM)::value, DER>(G, grid, b, e, op);
     });
@@ -478,6 +493,13 @@ void scatter_run(const Geom& G, const Src& grid, T* out, int64_t out_numel, Make
   const int64_t nt = std::min<int64_t>(threads, (n + grain - 1) / grain);
   if (nt <= 1) {
     run_plain(0, n, out);
+    return;
+  }
+  if (batch_split_ok(G.B, nt)) {
+    // Points of batch b scatter only into out[b]: threads owning whole batches never share an
+    // output voxel, so no private copies (memset + reduction) and no atomics are needed.
+    at::parallel_for(0, G.B, 1,
+                     [&](int64_t bb, int64_t be) { run_plain(bb * G.P, be * G.P, out); });
     return;
   }
   const int64_t bytes = (nt - 1) * out_numel * static_cast<int64_t>(sizeof(T));

@@ -1,0 +1,254 @@
+"""The CPU fast paths of csrc/pushpull/fastpath_cpu.h and the batch-split scatter.
+
+Fast paths (float32, AVX2 + FMA, every dim of one order): grid_pull of orders 1 and 3 in 2-D
+and of order 1 in 3-D, and grid_pull_backward of order 1 in 2-D and 3-D. Each is checked on the
+cases it takes and on its borders (points whose support leaves the source go back to the
+scalar path, one by one) against two references: the pure-PyTorch twin
+(nitorch_jit/torch_impl/pushpull.py) in float64 on the same float32 data, and the scalar C path
+(the avx2 tuning knob off). Cases: every bound,
+extrapolate on and off, points out of range, NaN / inf / huge coordinates, rows that are not a
+multiple of 8 points, non-contiguous grids (gathered coordinates), incoming gradients and inputs
+(the latter declines the fast path), 1 / 3 / 8 channels, batches and a broadcast input batch.
+The scatter of a batch of several images splits whole images among threads (no private copies):
+its result does not depend on the thread count at all.
+"""
+import pytest
+import torch
+
+import nitorch_jit as nj
+from nitorch_jit import backend
+from nitorch_jit.ops import tuning
+
+F32, F64 = torch.float32, torch.float64
+BOUNDS = ["replicate", "dct1", "dct2", "dst1", "dst2", "dft", "zero"]
+
+
+@pytest.fixture(scope="module")
+def C():
+    assert backend.ensure("pushpull", "cpu") == "C", backend.status()
+    return torch.ops.nitorch_jit
+
+
+@pytest.fixture(scope="module")
+def TORCH():
+    return pytest.importorskip("nitorch_jit.torch_impl.pushpull")
+
+
+def has_avx2():
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return " avx2" in flags and " fma" in flags
+
+
+def coords(batch, shape_out, shape_in, margin=2.5, seed=0):
+    """float32 voxel coordinates in [-margin, n - 1 + margin] (borders and out-of-range points),
+    with a NaN, an inf and a huge value in the first row."""
+    gen = torch.Generator().manual_seed(seed)
+    D = len(shape_in)
+    g = torch.rand([batch, *shape_out, D], generator=gen, dtype=F64)
+    lo = torch.tensor([-margin] * D, dtype=F64)
+    hi = torch.tensor([n - 1 + margin for n in shape_in], dtype=F64)
+    g = (lo + g * (hi - lo)).to(F32)
+    first = g.view(batch, -1, D)[0]
+    first[1, 0] = float("nan")
+    first[3, -1] = float("inf")
+    first[5, 0] = 1e20
+    return g
+
+
+def data(*shape, seed=1):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64).to(F32)
+
+
+def scalar_path(fn):
+    """fn() with the AVX2 paths off (the avx2 tuning knob): the scalar C path."""
+    with tuning.override(avx2=False):
+        return fn()
+
+
+def assert_close(out, ref, tol=2e-5):
+    """Same NaN pattern; elsewhere equal up to float32 rounding (relative to the largest)."""
+    ref = ref.to(out.dtype)
+    assert torch.equal(out.isnan(), ref.isnan())
+    out, ref = out.nan_to_num(0), ref.nan_to_num(0)
+    scale = max(1.0, ref.abs().max().item())
+    assert (out - ref).abs().max().item() <= tol * scale
+
+
+def finite_points(grid):
+    """The huge coordinate folds differently in float32 and float64 (the float64 twin sees a
+    different number): those points are compared with the scalar float32 path only."""
+    return (grid.abs() < 1e6).all(-1)
+
+
+def twin_close(out, ref, grid, channel_dims=1):
+    keep = finite_points(grid)  # [B, *O]
+    mask = keep.reshape(keep.shape[:1] + (1,) * channel_dims + keep.shape[1:])
+    assert_close(torch.where(mask, out, 0), torch.where(mask, ref.to(out.dtype), 0))
+
+
+@pytest.mark.parametrize("order", [1, 3])
+@pytest.mark.parametrize("bound", BOUNDS)
+@pytest.mark.parametrize("ex", [False, True])
+def test_pull2d(C, TORCH, order, bound, ex):
+    b = BOUNDS.index(bound)
+    S, O = (9, 13), (6, 21)  # rows of 21 points: two blocks of 8 and a scalar tail
+    for Cn, B in [(1, 1), (3, 2), (8, 1)]:
+        img = data(B, Cn, *S)
+        grid = coords(B, O, S)
+        for g in (grid, grid.transpose(1, 2).contiguous().transpose(1, 2)):  # packed, gathered
+            out = C.grid_pull(img, g, [order] * 2, [b] * 2, ex)
+            ref = scalar_path(lambda: C.grid_pull(img, g, [order] * 2, [b] * 2, ex))
+            assert_close(out, ref)
+            twin = TORCH.grid_pull(img.double(), g.double(), [order] * 2, [b] * 2, ex)
+            twin_close(out, twin, g)
+
+
+@pytest.mark.parametrize("bound", BOUNDS)
+@pytest.mark.parametrize("ex", [False, True])
+def test_pull3d(C, TORCH, bound, ex):
+    """3-D order 1, rows of 19 points: two blocks of 8 and a scalar tail."""
+    b = BOUNDS.index(bound)
+    S, O = (5, 6, 7), (3, 2, 19)
+    for Cn, B in [(1, 1), (3, 2), (8, 1)]:
+        img = data(B, Cn, *S)
+        grid = coords(B, O, S)
+        for g in (grid, grid.transpose(1, 3).contiguous().transpose(1, 3)):
+            args = ([1] * 3, [b] * 3, ex)
+            out = C.grid_pull(img, g, *args)
+            assert_close(out, scalar_path(lambda: C.grid_pull(img, g, *args)))
+            twin_close(out, TORCH.grid_pull(img.double(), g.double(), *args), g)
+
+
+def test_pull3d_long_rows(C, TORCH):
+    """Rows of 300 points (37 blocks of 8 and a tail), 8 channels, borders at both ends."""
+    S, O = (6, 5, 40), (2, 1, 300)
+    img = data(1, 8, *S)
+    grid = coords(1, O, S, margin=1.5)
+    args = ([1] * 3, [2] * 3, False)
+    out = C.grid_pull(img, grid, *args)
+    assert_close(out, scalar_path(lambda: C.grid_pull(img, grid, *args)))
+    twin_close(out, TORCH.grid_pull(img.double(), grid.double(), *args), grid)
+
+
+@pytest.mark.parametrize("order", [1, 3])
+def test_pull2d_layouts(C, TORCH, order):
+    """Non-contiguous input (declines the fast path), tiny sources (order + 1 voxels, the least
+    the fast path takes, and fewer), a broadcast input batch through the public API."""
+    S, O = (7, 12), (4, 16)
+    img = data(2, 3, *S)
+    grid = coords(2, O, S)
+    args = ([order] * 2, [2] * 2, True)
+    ref = TORCH.grid_pull(img.double(), grid.double(), *args)
+    strided = img.transpose(2, 3).contiguous().transpose(2, 3)
+    twin_close(C.grid_pull(strided, grid, *args), ref, grid)
+    for S in [(order + 1, order + 1), (order, order + 3)]:
+        small = data(1, 2, *S)
+        g = coords(1, O, S)
+        ref = TORCH.grid_pull(small.double(), g.double(), *args)
+        twin_close(C.grid_pull(small, g, *args), ref, g)
+    one = data(1, 3, *S)
+    grid3 = coords(3, O, S)
+    out = nj.grid_pull(one, grid3, interpolation=order, bound="dct2", extrapolate=True)
+    ref = TORCH.grid_pull(one.double().expand(3, -1, -1, -1), grid3.double(), *args)
+    twin_close(out, ref, grid3)
+
+
+@pytest.mark.parametrize("D", [2, 3])
+@pytest.mark.parametrize("bound", BOUNDS)
+@pytest.mark.parametrize("ex", [False, True])
+def test_pull_backward(C, TORCH, D, bound, ex):
+    b = BOUNDS.index(bound)
+    S, O = ((9, 11), (5, 19)) if D == 2 else ((5, 6, 7), (3, 4, 11))
+    for Cn, B in [(1, 1), (3, 4), (8, 1)]:
+        img = data(B, Cn, *S)
+        grid = coords(B, O, S)
+        grad = data(B, Cn, *O, seed=2)
+        grad.view(-1)[2:6] = 0  # zero gradients add nothing, not even 0 * inf
+        img.view(-1)[0] = float("inf")
+        for nc in (False, True):
+            g = grid.transpose(1, 2).contiguous().transpose(1, 2) if nc else grid
+            gr = grad.transpose(2, -1).contiguous().transpose(2, -1) if nc else grad
+            args = ([1] * D, [b] * D, ex)
+            gi, gg = C.grid_pull_backward(gr, img, g, *args)
+            ri, rg = scalar_path(lambda: C.grid_pull_backward(gr, img, g, *args))
+            assert_close(gi, ri)
+            assert_close(gg, rg)
+        # finite data and coordinates: against the twin
+        img = data(B, Cn, *S)
+        g = grid.nan_to_num(0.5, 0.5, 0.5).clamp(-3, max(S) + 2)
+        args = ([1] * D, [b] * D, ex)
+        gi, gg = C.grid_pull_backward(grad, img, g, *args)
+        ti, tg = TORCH.grid_pull_backward(grad.double(), img.double(), g.double(), *args)
+        assert_close(gi, ti)
+        assert_close(gg, tg)
+
+
+@pytest.mark.parametrize("D", [2, 3])
+def test_pull_backward_autograd(C, TORCH, D):
+    """The public grid_pull's backward (float32, the fused op) against the twin's autograd in
+    float64, with a broadcast input batch."""
+    S, O = ((10, 12), (6, 17)) if D == 2 else ((5, 6, 8), (3, 4, 10))
+    img = data(1, 3, *S).requires_grad_()
+    grid = coords(2, O, S).nan_to_num(1.0, 1.0, 1.0).clamp(-3, 14).requires_grad_()
+    out = nj.grid_pull(img, grid, interpolation=1, bound="dft", extrapolate=False)
+    w = data(*out.shape, seed=3)
+    gi, gg = torch.autograd.grad(out, (img, grid), w)
+    x64 = img.detach().double().requires_grad_()
+    g64 = grid.detach().double().requires_grad_()
+    ref = TORCH.grid_pull(x64.expand(2, *x64.shape[1:]), g64, [1] * D, [5] * D, False)
+    ri, rg = torch.autograd.grad(ref, (x64, g64), w.double())
+    assert_close(out.detach(), ref.detach())
+    assert_close(gi, ri)
+    assert_close(gg, rg)
+
+
+@pytest.mark.parametrize("op", ["grid_push", "grid_pull_backward"])
+def test_batch_split_scatter_thread_independent(C, op):
+    """With several images, each thread scatters whole images: 1 and 2 threads give the same
+    bits (the split into private copies would differ in rounding)."""
+    S, O = (12, 14), (12, 14)
+    img = data(6, 2, *S)
+    grid = coords(6, O, S).nan_to_num(0.0, 0.0, 0.0)
+    val = data(6, 2, *O, seed=4)
+    args = ([1, 1], [2, 2], True)
+    if op == "grid_push":
+        run = lambda: C.grid_push(val, grid, list(S), *args)  # noqa: E731
+    else:
+        run = lambda: C.grid_pull_backward(val, img, grid, *args)  # noqa: E731
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = run()
+        torch.set_num_threads(2)
+        two = run()
+    finally:
+        torch.set_num_threads(threads)
+    if op == "grid_push":
+        one, two = (one,), (two,)
+    for a, b in zip(one, two):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not has_avx2(), reason="no AVX2 + FMA on this CPU")
+def test_fast_paths_taken_and_rounding(C):
+    """The order-1 vector paths really run (their FMAs round differently from the scalar path);
+    the 2-D order-3 one rounds exactly as the scalar path (affine_pull, which has no such vector
+    path, must equal grid_pull bit for bit)."""
+    S = (64, 64)
+    img = data(1, 1, *S)
+    grid = coords(1, S, S, margin=0.0).nan_to_num(3.0, 3.0, 3.0).clamp(0, 63)
+    fast, slow = {}, {}
+    for order in (1, 3):
+        args = ([order] * 2, [0] * 2, True)
+        fast[order] = C.grid_pull(img, grid, *args)
+        slow[order] = scalar_path(lambda: C.grid_pull(img, grid, *args))
+    assert not torch.equal(fast[1], slow[1])
+    assert torch.equal(fast[3], slow[3])
+    args = ([1, 1], [0, 0], True)
+    fast = C.grid_pull_backward(img, img, grid, *args)[1]
+    slow = scalar_path(lambda: C.grid_pull_backward(img, img, grid, *args))[1]
+    assert not torch.equal(fast, slow)
