@@ -94,6 +94,26 @@ def test_equals_grid_pull_float32(D, order):
             assert torch.equal(got, want), (bound, ex, (got - want).abs().max())
 
 
+@pytest.mark.parametrize("D,order", [(2, 1), (2, 3), (3, 1)])
+def test_equals_grid_pull_float32_interior(D, order, knobs):
+    """float32 through the vectorised fast paths (fastpath_cpu.h, coordinates of a row written
+    to a buffer): long rows mostly inside the source, bit for bit equal to grid_pull on the
+    materialised grid, and equal to the scalar path with the avx2 knob off (to rounding)."""
+    src, out = [23, 21, 40][-D:], [19, 17, 37][-D:]
+    x = randn(2, 3, *src, dtype=F32)
+    A = matrix(D, (2,), dtype=F64, scale=0.7)
+    A[..., -1] = 1.5 + 0.3 * torch.arange(D, dtype=F64)  # offsets: mostly interior points
+    A = A.to(F32)
+    for bound, ex in (("dct2", False), ("zero", True)):
+        want = grid_pull(x, affine_grid(A, out), order, bound, ex)
+        got = affine_pull(x, A, out, order, bound, ex)
+        assert torch.equal(got, want), (bound, ex, (got - want).abs().max())
+        knobs(avx2=False)
+        scalar = affine_pull(x, A, out, order, bound, ex)
+        knobs(avx2=True)
+        torch.testing.assert_close(got, scalar, rtol=1e-5, atol=1e-5)
+
+
 def test_default_shape_and_half():
     x = randn(1, 6, 7)
     A = matrix(2, seed=2)

@@ -14,6 +14,9 @@
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 
+#include <type_traits>
+#include <vector>
+
 #include "pushpull_cpu.h"
 
 #define NJ_FASTPATH_AVX2 1
@@ -509,24 +512,42 @@ inline bool fast3d_avx2_order1(const Geom& G) {
   return span < kMax && 7 * G.g[2] + 2 * G.gD <= kMax;
 }
 
-// grid_pull through the 2-D (orders 1, 3) or 3-D (order 1) fast path; false when neither
-// applies.
-template <class Op>
-bool try_pull_avx2(const Geom& G, const float* grid, const Op& op) {
-  const int o = fast2d_avx2_order(G);
-  const bool three = o == 0 && fast3d_avx2_order1(G);
+// grid_pull (src: the grid pointer) or affine_pull (src: AffineCoords) through the 2-D
+// (orders 1, 3) or 3-D (order 1) fast path; false when neither applies. Affine coordinates are
+// written one output row at a time into a small per-thread buffer laid out as a contiguous grid
+// row ([count, D]), which the kernels read like a grid: the same numbers as affine_grid's, so
+// affine_pull still equals grid_pull on the materialised grid bit for bit.
+template <class Op, class Src>
+bool try_pull_avx2(const Geom& G, const Src& src, const Op& op) {
+  constexpr bool kAffine = !std::is_pointer<Src>::value;
+  Geom Gk = G;  // the geometry the kernels see
+  if (kAffine) {
+    Gk.g[2] = G.D;
+    Gk.gD = 1;
+  }
+  const int o = fast2d_avx2_order(Gk);
+  const bool three = o == 0 && fast3d_avx2_order1(Gk);
   if (o == 0 && !three) return false;
   at::parallel_for(0, G.B * G.P, grain_size(G), [&](int64_t b, int64_t e) {
+    std::vector<float> buf;
     auto run = [&](auto kernel) {
-      for_rows(G, coords_of(grid), b, e,
-               [&](Point pt, const auto& r, int64_t count) { kernel.row(pt, r.gp, count); });
+      for_rows(G, coords_of(src), b, e, [&](Point pt, const auto& r, int64_t count) {
+        if constexpr (kAffine) {
+          buf.resize(static_cast<size_t>(count * G.D));
+          for (int64_t l = 0; l < count; ++l)
+            for (int d = 0; d < G.D; ++d) buf[l * G.D + d] = r.coord(d, l);
+          kernel.row(pt, buf.data(), count);
+        } else {
+          kernel.row(pt, r.gp, count);
+        }
+      });
     };
     if (three)
-      run(Pull3dAvx2<Op>(G, op));
+      run(Pull3dAvx2<Op>(Gk, op));
     else if (o == 1)
-      run(Pull2dAvx2<1, Op>(G, op));
+      run(Pull2dAvx2<1, Op>(Gk, op));
     else
-      run(Pull2dAvx2<3, Op>(G, op));
+      run(Pull2dAvx2<3, Op>(Gk, op));
   });
   return true;
 }

@@ -298,6 +298,10 @@ at::Tensor affine_pull_cpu(const at::Tensor& input, const at::Tensor& affine, at
     PullOp<scalar_t> op{input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
                         out.data_ptr<scalar_t>(), G.C, G.P};
     const AffineCoords<scalar_t> co = affine_coords<scalar_t>(affine);
+#ifdef NJ_FASTPATH_AVX2
+    if constexpr (std::is_same_v<scalar_t, float>)
+      if (try_pull_avx2(G, co, op)) return;
+#endif
     if (try_pull1_avx2(G, co, op)) return;
     gather_run<scalar_t, 0, kPullFast>(G, co, op);
   });
