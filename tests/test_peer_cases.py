@@ -144,6 +144,7 @@ def _bound_calls():
     hess = torch.rand(1, 2, 5, 4, dtype=torch.float64, generator=gen) + 1
     hess_grid = torch.rand(1, 5, 4, 2, dtype=torch.float64, generator=gen) + 1
     reg = dict(membrane=0.5, bending=0.1)
+    mat = torch.tensor([[1.2, 0.3, -0.8], [-0.2, 0.9, 0.4]], dtype=torch.float64)
 
     def reslice(b):
         nib = pytest.importorskip("nibabel")
@@ -161,6 +162,8 @@ def _bound_calls():
         "grid_count": lambda b: nj.grid_count(grid, [5, 4], 3, b, True),
         "count": lambda b: nj.count(grid, [5, 4], 3, b, True),
         "grid_grad": lambda b: nj.grid_grad(img, grid, 3, b, True),
+        "affine_pull": lambda b: nj.affine_pull(img, mat, [3, 3], 3, b, True),
+        "affine_push": lambda b: nj.affine_push(vals, mat, [5, 4], 3, b, True),
         "resize": lambda b: nj.resize(img, factor=1.5, interpolation=3, bound=b),
         "restrict": lambda b: nj.restrict(img, factor=2, interpolation=3, bound=b),
         "prolong": lambda b: nj.prolong(img, bound=b),
