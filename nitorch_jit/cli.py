@@ -147,6 +147,10 @@ def cmd_info(args):
                 continue
             which, why = _backend_preview(m, d)
             print(f"  {d:5s} {m:10s} {which}: {why}")
+    from .ops import tuning
+    knobs = ", ".join(f"{k}={int(v) if k == 'push_buffer_mb' else ('on' if v else 'off')}"
+                      for k, v in tuning.current().items())
+    print(f"tuning knobs (from NI_JIT_* variables; README: Environment variables)\n  {knobs}")
     from . import monai_backend
     ok, line = monai_backend.describe()
     others = [m for m in MODULES if m not in monai_backend.SERVED]
