@@ -111,7 +111,7 @@ def _read_lta(path, lines, moving, target):
             continue
         low = line.lower()
         if expect_rows:
-            matrix_rows.append(_numbers(path, lineno, line.split(), 4, "4 matrix entries"))
+            matrix_rows.append(_numbers(path, lineno, line.split(), 4, "matrix entries"))
             expect_rows -= 1
             continue
         if low in ("src volume info", "dst volume info"):
@@ -270,7 +270,7 @@ def _read_plain(path, lines):
         if len(rows) == 4:
             _fail(path, lineno, f"more than 4 matrix rows: {line!r}")
         rows.append(_numbers(path, lineno, line.replace(",", " ").split(), 4,
-                             "4 numbers per row of a 4x4 matrix"))
+                             "numbers per row of a 4x4 matrix"))
     if len(rows) == 3:
         rows.append([0.0, 0.0, 0.0, 1.0])
     if len(rows) != 4:
