@@ -463,13 +463,26 @@ def _pull_affine(x, matrix, offset, oshape, order, mode, cval, prefilter):
         out = out + cval
     if mode == "constant":  # cval outside [0, n-1]
         lo, hi = _inside_intervals(mat, off, oshape, x.shape[1:])
-        m = oshape[-1]
-        if (lo > 0).any() or (hi < m - 1).any():
-            i = np.arange(m)
-            bad = (i < lo[:, None]) | (i > hi[:, None])  # [rows, m]
-            out.view(out.shape[0], -1, m).masked_fill_(torch.from_numpy(bad).to(out.device),
-                                                        cval)
+        idx = _outside_indices(lo, hi, oshape[-1])
+        if idx.size:
+            out.view(out.shape[0], -1).index_fill_(1, torch.from_numpy(idx).to(out.device), cval)
     return out
+
+
+def _outside_indices(lo, hi, m):
+    """Flat indices of the points outside the intervals [lo[r], hi[r]] of rows r of length m
+    (the two end segments of each row), built segment-wise: the cost is that of the points
+    filled, not of a mask over the whole output."""
+    lo = np.clip(lo, 0, m)
+    hi = np.clip(np.asarray(hi) + 1, lo, m)  # inside: [lo, hi)
+    first = np.arange(lo.size, dtype=np.int64) * m
+    starts = np.concatenate([first, first + hi])
+    lens = np.concatenate([lo, m - hi]).astype(np.int64)
+    keep = lens > 0
+    starts, lens = starts[keep], lens[keep]
+    if not lens.size:
+        return np.empty(0, np.int64)
+    return np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())
 
 
 def _inside_intervals(mat, off, oshape, ishape):

@@ -290,7 +290,7 @@ def _scipy_inside(mat, off, oshape, ishape):
 
 
 def test_ndimage_inside_intervals():
-    from nitorch_jit.ndimage import _inside_intervals
+    from nitorch_jit.ndimage import _inside_intervals, _outside_indices
     rng = np.random.default_rng(0)
     cases = [(np.array([[0.7, 0.3], [0.0, 1.0]]), np.array([-1.0999999999999996, 0.0]),
               (6, 6), (4, 4))]  # a coordinate exactly on n - 1 in scipy's order only
@@ -309,7 +309,12 @@ def test_ndimage_inside_intervals():
         lo, hi = _inside_intervals(mat, off, oshape, ishape)
         i = np.arange(oshape[-1])
         got = ((i >= lo[:, None]) & (i <= hi[:, None])).reshape(oshape)
-        assert np.array_equal(got, _scipy_inside(mat, off, oshape, ishape)), (mat, off)
+        want = _scipy_inside(mat, off, oshape, ishape)
+        assert np.array_equal(got, want), (mat, off)
+        # the flat indices that affine_transform fills with cval: exactly the outside points
+        outside = np.zeros(want.size, bool)
+        outside[_outside_indices(lo, hi, oshape[-1])] = True
+        assert np.array_equal(outside, ~want.ravel()), (mat, off)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
