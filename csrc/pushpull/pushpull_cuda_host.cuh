@@ -36,6 +36,8 @@ namespace cuda {
 // Checks: pushpull_checks.h, shared with the CPU kernels (here the half dtypes are accepted:
 // the Policy's kHalf).
 
+using checks::check_affine;  // check_grid<Policy> / check_affine<Policy>: the Policy is the Dev
+using checks::check_grid;
 using checks::check_options;
 using checks::check_point_shape;
 using checks::check_shape;
@@ -44,11 +46,6 @@ using msg::dev;
 using msg::dt;
 using msg::num;
 using msg::shape_str;
-
-template <class Policy>
-int64_t check_grid(const at::Tensor& grid) {
-  return checks::check_grid<Policy>(grid);
-}
 
 // A tensor [B, C, *spatial(D)] (+ a trailing D when with_d) on the grid's device, whose dtype
 // is the grid's (or a half type when the grid is float32).
@@ -312,11 +309,6 @@ std::tuple<at::Tensor, at::Tensor> pullback_impl(const at::Tensor& grad, const a
 // --------------------------------------------------------------------------------------------
 // Affine ops: the points are the voxels of a shape, their coordinates affine[b] @ (i, 1)
 // computed in the kernels (load_affine_point). float32 / float64 only.
-
-template <class Policy>
-int64_t check_affine(const at::Tensor& affine) {
-  return checks::check_affine<Policy>(affine);
-}
 
 // t [B, C, *spatial(D)] on affine's device, with its dtype and batch size
 inline void check_affine_tensor(const at::Tensor& t, const char* name, const at::Tensor& affine,
