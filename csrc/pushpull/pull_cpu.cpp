@@ -76,21 +76,7 @@ struct GradOp {
 // Needs every index to fit in int32 (pull1_avx2_usable).
 #define NJ_PULL1_AVX2 1
 
-// Coordinate d of the 8 points l..l+7 of a row: gathered from the grid (lane: the 8 points'
-// offsets), or computed from the matrix as AffineRow::coord does (same operations, same order:
-// no fused multiply-add, so the same bits).
-__attribute__((target("avx2,fma"))) inline __m256 coords8(const GridRow<float>& r, int d,
-                                                          int64_t l, __m256i lane) {
-  return _mm256_i32gather_ps(r.gp + l * r.g2 + d * r.gD, lane, 4);
-}
-__attribute__((target("avx2,fma"))) inline __m256 coords8(const AffineRow<float>& r, int d,
-                                                          int64_t l, __m256i) {
-  const __m256 i = _mm256_add_ps(_mm256_set1_ps(static_cast<float>(r.i2 + l)),
-                                 _mm256_setr_ps(0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f));
-  __m256 ai = _mm256_mul_ps(_mm256_set1_ps(r.a[d]), i);
-  asm("" : "+x"(ai));  // the product stays rounded: no contraction into an FMA (GCC's default)
-  return _mm256_add_ps(_mm256_set1_ps(r.r[d]), ai);
-}
+// coords8 (fastpath_cpu.h): coordinate d of the 8 points l..l+7 of a row, natural order.
 
 template <int DIM>
 struct Pull1Avx2 {
@@ -253,8 +239,7 @@ at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
     PullOp<scalar_t> op{input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
                         out.data_ptr<scalar_t>(), G.C, G.P};
 #ifdef NJ_FASTPATH_AVX2
-    if constexpr (std::is_same_v<scalar_t, float>)
-      if (try_pull_avx2(G, grid.const_data_ptr<float>(), op)) return;
+    if (try_pull_avx2<scalar_t>(G, grid.const_data_ptr<scalar_t>(), op)) return;
 #endif
     if (try_pull1_avx2(G, grid.const_data_ptr<scalar_t>(), op)) return;
     gather_run<scalar_t, 0, kPullFast>(G, grid.const_data_ptr<scalar_t>(), op);
@@ -299,8 +284,7 @@ at::Tensor affine_pull_cpu(const at::Tensor& input, const at::Tensor& affine, at
                         out.data_ptr<scalar_t>(), G.C, G.P};
     const AffineCoords<scalar_t> co = affine_coords<scalar_t>(affine);
 #ifdef NJ_FASTPATH_AVX2
-    if constexpr (std::is_same_v<scalar_t, float>)
-      if (try_pull_avx2(G, co, op)) return;
+    if (try_pull_avx2<scalar_t>(G, co, op)) return;
 #endif
     if (try_pull1_avx2(G, co, op)) return;
     gather_run<scalar_t, 0, kPullFast>(G, co, op);
