@@ -254,13 +254,13 @@ def test_fast_paths_taken_and_rounding(C):
     assert not torch.equal(fast[1], slow[1])
     assert torch.equal(fast[3], slow[3])
     # 3-D: orders 1 and 3 in float32, 3 in float64, all with FMAs
-    S = (12, 12, 12)
+    S3 = (12, 12, 12)
     for order, dtype in [(1, F32), (3, F32), (3, F64)]:
-        img = data(1, 1, *S).to(dtype)
-        grid = coords(1, S, S, margin=0.0).nan_to_num(3.0, 3.0, 3.0).clamp(0, 11).to(dtype)
-        args = ([order] * 3, [0] * 3, True)
-        fast = C.grid_pull(img, grid, *args)
-        assert not torch.equal(fast, scalar_path(lambda: C.grid_pull(img, grid, *args)))
+        img3 = data(1, 1, *S3).to(dtype)
+        grid3 = coords(1, S3, S3, margin=0.0).nan_to_num(3.0, 3.0, 3.0).clamp(0, 11).to(dtype)
+        args3 = ([order] * 3, [0] * 3, True)
+        out3 = C.grid_pull(img3, grid3, *args3)
+        assert not torch.equal(out3, scalar_path(lambda: C.grid_pull(img3, grid3, *args3)))
     args = ([1, 1], [0, 0], True)
     fast = C.grid_pull_backward(img, img, grid, *args)[1]
     slow = scalar_path(lambda: C.grid_pull_backward(img, img, grid, *args))[1]
