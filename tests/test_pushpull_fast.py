@@ -140,6 +140,35 @@ def test_pull3d_long_rows(C, TORCH):
         twin_close(out, TORCH.grid_pull(img.double(), grid.double(), *args), grid)
 
 
+def test_pull2d_long_rows(C, TORCH):
+    """2-D order 1, rows of 600 points: more blocks than one chunk of kept weights (32), 3
+    channels, borders at both ends."""
+    S, O = (9, 70), (3, 600)
+    img = data(2, 3, *S)
+    grid = coords(2, O, S, margin=1.5)
+    args = ([1] * 2, [1] * 2, True)
+    out = C.grid_pull(img, grid, *args)
+    assert_close(out, scalar_path(lambda: C.grid_pull(img, grid, *args)))
+    twin_close(out, TORCH.grid_pull(img.double(), grid.double(), *args), grid)
+
+
+@pytest.mark.parametrize("order", [1, 3])
+def test_pull3d_tiled_channels(C, TORCH, order):
+    """Several channels and long source rows: the output is walked in tiles of a few dim-1 rows
+    (each tile through every dim-0 plane); every point is still computed once and right, and
+    affine_pull (same walk) still equals grid_pull on the built grid."""
+    S, O = (5, 6, 3000), (3, 11, 20)
+    img = data(2, 8, *S)
+    grid = coords(2, O, S, margin=1.5)
+    args = ([order] * 3, [2] * 3, False)
+    out = C.grid_pull(img, grid, *args)
+    assert_close(out, scalar_path(lambda: C.grid_pull(img, grid, *args)))
+    twin_close(out, TORCH.grid_pull(img.double(), grid.double(), *args), grid)
+    A = torch.tensor([[0.9, 0.1, 0.0, 1.2], [-0.1, 0.95, 0.05, 0.3], [0.02, 0.0, 140.0, 5.5]])
+    via_grid = nj.grid_pull(img, nj.affine_grid(A, list(O)).expand(2, *O, 3), order, "dct2")
+    assert torch.equal(nj.affine_pull(img, A, list(O), order, "dct2"), via_grid)
+
+
 @pytest.mark.parametrize("order", [1, 3])
 def test_pull2d_layouts(C, TORCH, order):
     """Non-contiguous input (declines the fast path), tiny sources (order + 1 voxels, the least

@@ -180,7 +180,8 @@ NJ_AVX2 void pair_bases(__m256i base, __m128i& blo, __m128i& bhi) {
 // One 8-point block of a grid row, what every 2-D fast path needs: base indices (S order, 0 for
 // lanes outside), which lanes are interior (natural order) and the fractional positions.
 struct Block2d {
-  __m128i blo, bhi;  // base index i1 * s1 + i2 of the lanes S 0..3 and S 4..7
+  __m256i base;      // base index i1 * s1 + i2 (natural order)
+  __m128i blo, bhi;  // the same, lanes S 0..3 and S 4..7
   int in_mask;       // bit j: point j of the block has its whole support inside the source
   __m256 u1, u2;     // fractional positions along internal dims 1 and 2 (natural order)
 };
@@ -230,11 +231,91 @@ struct Coords2d {
         _mm256_and_si256(_mm256_cmpgt_epi32(lim2, i2), _mm256_cmpgt_epi32(i2, minus1)));
     // lanes whose support leaves the source read voxel 0 (a safe address: every dim has
     // >= O + 1 voxels) and are redone by the scalar path
-    pair_bases(_mm256_and_si256(_mm256_add_epi32(_mm256_mullo_epi32(i1, s1), i2), inside),
-               blk.blo, blk.bhi);
+    blk.base = _mm256_and_si256(_mm256_add_epi32(_mm256_mullo_epi32(i1, s1), i2), inside);
+    pair_bases(blk.base, blk.blo, blk.bhi);
     blk.in_mask = _mm256_movemask_ps(_mm256_castsi256_ps(inside));
     blk.u1 = _mm256_sub_ps(x1, f1);
     blk.u2 = _mm256_sub_ps(x2, f2);
+  }
+};
+
+// 4 vectors of 8 lanes in, out[4 j + t] = w[t] lane j out (the 4 values of each point together).
+NJ_AVX2 void transpose4x8(const __m256* w, float* out) {
+  const __m256 t0 = _mm256_unpacklo_ps(w[0], w[1]), t1 = _mm256_unpacklo_ps(w[2], w[3]);
+  const __m256 t2 = _mm256_unpackhi_ps(w[0], w[1]), t3 = _mm256_unpackhi_ps(w[2], w[3]);
+  const __m256 r0 = _mm256_shuffle_ps(t0, t1, 0x44), r1 = _mm256_shuffle_ps(t0, t1, 0xEE);
+  const __m256 r2 = _mm256_shuffle_ps(t2, t3, 0x44), r3 = _mm256_shuffle_ps(t2, t3, 0xEE);
+  _mm256_storeu_ps(out, _mm256_permute2f128_ps(r0, r1, 0x20));       // points 0, 1
+  _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(r2, r3, 0x20));   // 2, 3
+  _mm256_storeu_ps(out + 16, _mm256_permute2f128_ps(r0, r1, 0x31));  // 4, 5
+  _mm256_storeu_ps(out + 24, _mm256_permute2f128_ps(r2, r3, 0x31));  // 6, 7
+}
+
+// Points 2m, 2m+1 in the halves of p[m] (4 values each): their 8 sums, natural order.
+NJ_AVX2 __m256 hsum4x8(const __m256* p) {
+  // lanes: (0 2 4 6 | 1 3 5 7)
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
+  const __m128 even = _mm256_castps256_ps128(h), odd = _mm256_extractf128_ps(h, 1);
+  return _mm256_set_m128(_mm_unpackhi_ps(even, odd), _mm_unpacklo_ps(even, odd));
+}
+
+// The 4 taps of one bilinear point, tap (a, b) in lane 2 a + b: two 64-bit loads.
+NJ_AVX2 __m128 bilinear_taps(const float* q, int64_t s1) {
+  return _mm_loadh_pi(_mm_loadl_pi(_mm_setzero_ps(), reinterpret_cast<const __m64*>(q)),
+                      reinterpret_cast<const __m64*>(q + s1));
+}
+
+// grid_pull, 2-D, order 1: as Pull3dAvx2 (below) in 2-D: per block the 4 weights of each point,
+// kept for a chunk of blocks; per channel and point its 4 taps as two 64-bit loads, two points
+// per vector, and the block's products summed together. No gathers.
+template <class Op>
+struct Pull2dLinearAvx2 {
+  static constexpr int kChunk = 32;  // blocks whose weights are kept (4 KiB)
+  const Geom& G;
+  const Op& op;
+  ScalarPoints<1, 2, 0, Op> rest;
+
+  Pull2dLinearAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), rest(G_, op_) {}
+
+  template <class Row>
+  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+    const Coords2d<1> coords(G);
+    const int64_t s1 = G.sst[1];
+    const float* ib = op.in + pt.b * op.sB;
+    float* ob = op.out + pt.b * op.C * op.P + pt.p;
+    const __m256 one = _mm256_set1_ps(1.f);
+    alignas(32) float wts[kChunk][32];  // block k: point j's 4 weights at 4 j
+    alignas(32) int32_t idx[kChunk][8];
+    int mask[kChunk];
+    int64_t l = 0;
+    while (l + 8 <= count) {
+      const int nb = static_cast<int>(std::min<int64_t>(kChunk, (count - l) / 8));
+      for (int k = 0; k < nb; ++k) {
+        Block2d blk;
+        coords.load(r, l + 8 * k, blk);
+        const __m256 w10 = _mm256_sub_ps(one, blk.u1), w20 = _mm256_sub_ps(one, blk.u2);
+        const __m256 w[4] = {_mm256_mul_ps(w10, w20), _mm256_mul_ps(w10, blk.u2),
+                             _mm256_mul_ps(blk.u1, w20), _mm256_mul_ps(blk.u1, blk.u2)};
+        transpose4x8(w, wts[k]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(idx[k]), blk.base);
+        mask[k] = blk.in_mask;
+      }
+      for (int64_t c = 0; c < op.C; ++c) {
+        const float* img = ib + c * op.sC;
+        float* o = ob + c * op.P + l;
+        for (int k = 0; k < nb; ++k) {
+          __m256 prod[4];
+          for (int m = 0; m < 4; ++m)
+            prod[m] = _mm256_mul_ps(_mm256_set_m128(bilinear_taps(img + idx[k][2 * m + 1], s1),
+                                                    bilinear_taps(img + idx[k][2 * m], s1)),
+                                    _mm256_load_ps(wts[k] + 8 * m));
+          _mm256_storeu_ps(o + 8 * k, hsum4x8(prod));
+        }
+      }
+      for (int k = 0; k < nb; ++k) rest.block(pt, r, l + 8 * k, mask[k]);
+      l += 8 * nb;
+    }
+    rest.tail(pt, r, l, count);
   }
 };
 
@@ -545,12 +626,15 @@ NJ_AVX2 __m256 trilinear_taps(const float* q, int64_t s0, int64_t s1) {
 }
 
 // grid_pull, 3-D, order 1: per 8-point block the 8 trilinear weights of each point, computed
-// with one lane per point and transposed to one vector per point (shared by every channel); per
-// point and channel its 8 taps as four 64-bit loads times its weights, and the block's 8
-// products summed together (a horizontal-add tree). Plain loads, no gathers: on Zen the pair
-// gathers this replaced were 1.5x slower.
+// with one lane per point and transposed to one vector per point; per point and channel its 8
+// taps as four 64-bit loads times its weights, and the block's 8 products summed together (a
+// horizontal-add tree). Plain loads, no gathers (on Zen the pair gathers this replaced were 1.5x
+// slower). Channels are the outer loop over a chunk of blocks whose weights are kept: one channel
+// at a time reads 4 source rows as streams (all channels at once: 4 C streams, more than the
+// hardware prefetchers follow; 8 channels then cost 10x one).
 template <class Op>
 struct Pull3dAvx2 {
+  static constexpr int kChunk = 16;  // blocks whose weights are kept (16 KiB)
   const Geom& G;
   const Op& op;
   ScalarPoints<1, 3, 0, Op> rest;
@@ -564,33 +648,43 @@ struct Pull3dAvx2 {
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.P + pt.p;
     const __m256 one = _mm256_set1_ps(1.f);
-    alignas(32) int32_t idx[8];
+    alignas(32) __m256 wts[kChunk][8];  // block k, point j: its 8 tap weights
+    alignas(32) int32_t idx[kChunk][8];
+    int mask[kChunk];
     int64_t l = 0;
-    for (; l + 8 <= count; l += 8) {
-      Block3d blk;
-      coords.load(r, l, blk);
-      __m256 w[3][2];
-      for (int k = 0; k < 3; ++k) {
-        w[k][0] = _mm256_sub_ps(one, blk.u[k]);
-        w[k][1] = blk.u[k];
-      }
-      __m256 wt[8];  // tap 4 a + 2 b + c, one lane per point; then one vector per point
-      for (int a = 0; a < 2; ++a)
-        for (int b = 0; b < 2; ++b) {
-          const __m256 ab = _mm256_mul_ps(w[0][a], w[1][b]);
-          wt[4 * a + 2 * b] = _mm256_mul_ps(ab, w[2][0]);
-          wt[4 * a + 2 * b + 1] = _mm256_mul_ps(ab, w[2][1]);
+    while (l + 8 <= count) {
+      const int nb = static_cast<int>(std::min<int64_t>(kChunk, (count - l) / 8));
+      for (int k = 0; k < nb; ++k) {
+        Block3d blk;
+        coords.load(r, l + 8 * k, blk);
+        __m256 w[3][2];
+        for (int d = 0; d < 3; ++d) {
+          w[d][0] = _mm256_sub_ps(one, blk.u[d]);
+          w[d][1] = blk.u[d];
         }
-      transpose8(wt, wt);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
+        __m256 wt[8];  // tap 4 a + 2 b + c, one lane per point
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b) {
+            const __m256 ab = _mm256_mul_ps(w[0][a], w[1][b]);
+            wt[4 * a + 2 * b] = _mm256_mul_ps(ab, w[2][0]);
+            wt[4 * a + 2 * b + 1] = _mm256_mul_ps(ab, w[2][1]);
+          }
+        transpose8(wt, wts[k]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(idx[k]), blk.base);
+        mask[k] = blk.in_mask;
+      }
       for (int64_t c = 0; c < op.C; ++c) {
         const float* img = ib + c * op.sC;
-        __m256 prod[8];
-        for (int j = 0; j < 8; ++j)
-          prod[j] = _mm256_mul_ps(trilinear_taps(img + idx[j], s0, s1), wt[j]);
-        _mm256_storeu_ps(ob + c * op.P + l, hsum8(prod));
+        float* o = ob + c * op.P + l;
+        for (int k = 0; k < nb; ++k) {
+          __m256 prod[8];
+          for (int j = 0; j < 8; ++j)
+            prod[j] = _mm256_mul_ps(trilinear_taps(img + idx[k][j], s0, s1), wts[k][j]);
+          _mm256_storeu_ps(o + 8 * k, hsum8(prod));
+        }
       }
-      rest.block(pt, r, l, blk.in_mask);
+      for (int k = 0; k < nb; ++k) rest.block(pt, r, l + 8 * k, mask[k]);
+      l += 8 * nb;
     }
     rest.tail(pt, r, l, count);
   }
@@ -817,6 +911,39 @@ inline int fast3d_avx2_order(const Geom& G) {
   return span < kMax && 7 * G.g[2] + 2 * G.gD <= kMax ? o : 0;
 }
 
+// Multi-channel 3-D pulls walk the output in tiles of `tile` rows along dim 1, every dim-0
+// plane of a tile before the next tile: the source planes a tile reads stay in cache from one
+// output plane to the next (in plain row order, 8 channels' planes did not fit in L2, and each
+// channel cost more than the whole 1-channel pull). 0: plain row order (one channel, or 2-D).
+inline int64_t row_tile(const Geom& G, int64_t elem_bytes) {
+  if (G.D != 3 || G.C < 2 || G.pts[0] < 2) return 0;
+  // ~256 KiB of source rows (the tile's rows and 4 more, 5 planes, every channel)
+  const int64_t row_bytes = std::max<int64_t>(G.src[2], 1) * elem_bytes * 5 * G.C;
+  const int64_t rows = std::max<int64_t>((int64_t(256) << 10) / row_bytes - 4, 4);
+  return rows >= G.pts[1] ? 0 : rows;
+}
+
+// The rows of tiles [tb, te) (tile t: batch t / n, rows [t % n * tile, + tile) of dim 1, every
+// dim-0 index), each as fn(pt, row, count) like for_rows.
+template <class Coords, class Fn>
+void for_row_tiles(const Geom& G, const Coords& co, int64_t tile, int64_t tb, int64_t te,
+                   Fn&& fn) {
+  const int64_t per_batch = (G.pts[1] + tile - 1) / tile;
+  for (int64_t t = tb; t < te; ++t) {
+    Point pt;
+    pt.b = t / per_batch;
+    const int64_t y0 = (t % per_batch) * tile, y1 = std::min(G.pts[1], y0 + tile);
+    pt.i[2] = 0;
+    for (int64_t z = 0; z < G.pts[0]; ++z)
+      for (int64_t y = y0; y < y1; ++y) {
+        pt.i[0] = z;
+        pt.i[1] = y;
+        pt.p = (z * G.pts[1] + y) * G.pts[2];
+        fn(pt, co.row(G, pt), G.pts[2]);
+      }
+  }
+}
+
 // grid_pull (src: the grid pointer) or affine_pull (src: AffineCoords) through a fast path:
 // float32 2-D orders 1 and 3, 3-D orders 1 and 3; float64 3-D order 3. False when none applies.
 template <typename T, class Op, class Src>
@@ -832,10 +959,10 @@ bool try_pull_avx2(const Geom& G, const Src& src, const Op& op) {
   const int o3 = o2 == 0 ? fast3d_avx2_order(Gk) : 0;
   if (o2 == 0 && o3 == 0) return false;
   if (std::is_same_v<T, double> && o3 != 3) return false;
-  at::parallel_for(0, G.B * G.P, grain_size(G), [&](int64_t b, int64_t e) {
+  const int64_t tile = row_tile(G, sizeof(T));
+  auto kernel_rows = [&](auto&& walk) {
     auto run = [&](auto kernel) {
-      for_rows(G, coords_of(src), b, e,
-               [&](Point pt, const auto& r, int64_t count) { kernel.row(pt, r, count); });
+      walk([&](Point pt, const auto& r, int64_t count) { kernel.row(pt, r, count); });
     };
     if constexpr (std::is_same_v<T, float>) {
       if (o3 == 1)
@@ -843,13 +970,23 @@ bool try_pull_avx2(const Geom& G, const Src& src, const Op& op) {
       else if (o3 == 3)
         run(Pull3dCubicAvx2<float, Op>(G, op));
       else if (o2 == 1)
-        run(Pull2dAvx2<1, Op>(G, op));
+        run(Pull2dLinearAvx2<Op>(G, op));
       else
         run(Pull2dAvx2<3, Op>(G, op));
     } else {
       run(Pull3dCubicAvx2<double, Op>(G, op));
     }
-  });
+  };
+  if (tile == 0) {
+    at::parallel_for(0, G.B * G.P, grain_size(G), [&](int64_t b, int64_t e) {
+      kernel_rows([&](auto&& fn) { for_rows(G, coords_of(src), b, e, fn); });
+    });
+  } else {
+    const int64_t per_batch = (G.pts[1] + tile - 1) / tile;
+    at::parallel_for(0, G.B * per_batch, 1, [&](int64_t b, int64_t e) {
+      kernel_rows([&](auto&& fn) { for_row_tiles(G, coords_of(src), tile, b, e, fn); });
+    });
+  }
   return true;
 }
 

@@ -232,7 +232,7 @@ at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
   check_options(order, bound, D);
   const Geom G = make_geom(grid, D, input.size(1), input.sizes().slice(2), input.strides().slice(2),
                            order, bound, extrapolate);
-  at::Tensor out = at::empty(out_shape(input, grid, D, false), grid.options());
+  at::Tensor out = empty_output(out_shape(input, grid, D, false), grid.options());
   if (out.numel() == 0) return out;
   if (G.empty_source()) return out.zero_();
   AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_pull", [&] {
@@ -254,7 +254,7 @@ at::Tensor grid_grad_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
   check_options(order, bound, D);
   const Geom G = make_geom(grid, D, input.size(1), input.sizes().slice(2), input.strides().slice(2),
                            order, bound, extrapolate);
-  at::Tensor out = at::empty(out_shape(input, grid, D, true), grid.options());
+  at::Tensor out = empty_output(out_shape(input, grid, D, true), grid.options());
   if (out.numel() == 0) return out;
   if (G.empty_source()) return out.zero_();
   AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_grad", [&] {
@@ -274,7 +274,7 @@ at::Tensor affine_pull_cpu(const at::Tensor& input, const at::Tensor& affine, at
   check_shape(shape, D);
   std::vector<int64_t> osize = {input.size(0), input.size(1)};
   osize.insert(osize.end(), shape.begin(), shape.end());
-  at::Tensor out = at::empty(osize, input.options());
+  at::Tensor out = empty_output(osize, input.options());
   if (out.numel() == 0) return out;
   const Geom G = make_points_geom(input.size(0), shape, D, input.size(1), input.sizes().slice(2),
                                   input.strides().slice(2), order, bound, extrapolate);

@@ -76,7 +76,7 @@ at::Tensor push_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArr
   check_shape(shape, D);
   std::vector<int64_t> osize = {input.size(0), input.size(1)};
   for (int64_t d = 0; d < D; ++d) osize.push_back(shape[d]);
-  at::Tensor out = at::zeros(osize, grid.options());
+  at::Tensor out = zeros_output(osize, grid.options());
   if (out.numel() == 0) return out;
   std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
   const Geom G = make_geom(grid, D, input.size(1), shape, ostride, order, bound, extrapolate);
@@ -120,7 +120,7 @@ at::Tensor affine_push_cpu(const at::Tensor& input, const at::Tensor& affine, at
   check_shape(shape, D);
   std::vector<int64_t> osize = {input.size(0), input.size(1)};
   osize.insert(osize.end(), shape.begin(), shape.end());
-  at::Tensor out = at::zeros(osize, input.options());
+  at::Tensor out = zeros_output(osize, input.options());
   if (out.numel() == 0) return out;
   std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
   const Geom G = make_points_geom(input.size(0), input.sizes().slice(2), D, input.size(1), shape,
@@ -206,9 +206,9 @@ std::tuple<at::Tensor, at::Tensor> grid_pull_backward_cpu(const at::Tensor& grad
   TORCH_CHECK(grad.size(1) == input.size(1), "grad channels (", num(grad.size(1)),
               ") must equal input channels (", num(input.size(1)), ")");
   check_options(order, bound, D);
-  at::Tensor gin = at::zeros(input.sizes(), grid.options());
+  at::Tensor gin = zeros_output(input.sizes(), grid.options());
   std::vector<int64_t> gsize(grid.sizes().begin(), grid.sizes().end());
-  at::Tensor ggrid = at::empty(gsize, grid.options());
+  at::Tensor ggrid = empty_output(gsize, grid.options());
   if (ggrid.numel() == 0) return {gin, ggrid};
   if (gin.numel() == 0) return {gin, ggrid.zero_()};  // no channel or an empty source
   const at::Tensor src = spatially_contiguous(input, D);

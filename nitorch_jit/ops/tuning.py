@@ -21,7 +21,9 @@ import os
 import threading
 
 # The order of csrc/include/nitorch_jit/tuning.h's Knob enum.
-KNOBS = ("avx2", "regsolve_generic", "cuda_tiles", "cuda_index32", "push_buffer_mb")
+KNOBS = (
+    "avx2", "regsolve_generic", "cuda_tiles", "cuda_index32", "push_buffer_mb", "huge_pages",
+)
 
 _LOCK = threading.Lock()
 _SETTERS = {}  # library path -> its nitorch_jit_set_tuning, for every library loaded
@@ -48,6 +50,7 @@ def _from_environment():
         "cuda_tiles": _flag("NI_JIT_CUDA_TILES", True),
         "cuda_index32": not _flag("NI_JIT_CUDA_INDEX", False, on_value="64"),
         "push_buffer_mb": mb,
+        "huge_pages": _flag("NI_JIT_HUGE_PAGES", True),
     }
 
 
