@@ -265,6 +265,58 @@ NJ_AVX2 __m128 bilinear_taps(const float* q, int64_t s1) {
                       reinterpret_cast<const __m64*>(q + s1));
 }
 
+// 8 vectors in, their 8 horizontal sums out (lane j: the sum of p[j]).
+NJ_AVX2 __m256 hsum8(const __m256* p) {
+  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
+  const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(p[4], p[5]), _mm256_hadd_ps(p[6], p[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+// The 8 x 8 transpose: out[j] lane t = in[t] lane j.
+NJ_AVX2 void transpose8(const __m256* in, __m256* out) {
+  __m256 t[8], u[8];
+  for (int k = 0; k < 8; k += 2) {
+    t[k] = _mm256_unpacklo_ps(in[k], in[k + 1]);
+    t[k + 1] = _mm256_unpackhi_ps(in[k], in[k + 1]);
+  }
+  for (int k = 0; k < 8; k += 4) {
+    u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+    u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+    u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+    u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    out[k] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
+    out[k + 4] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
+  }
+}
+
+// The 8 taps of one trilinear point, tap (a, b, c) in lane 4 a + 2 b + c: the pairs (i, i+1) of
+// its 2 x 2 source rows, four 64-bit loads.
+NJ_AVX2 __m256 trilinear_taps(const float* q, int64_t s0, int64_t s1) {
+  const __m128 z = _mm_setzero_ps();
+  const __m128 lo = _mm_loadh_pi(_mm_loadl_pi(z, reinterpret_cast<const __m64*>(q)),
+                                 reinterpret_cast<const __m64*>(q + s1));
+  const __m128 hi = _mm_loadh_pi(_mm_loadl_pi(z, reinterpret_cast<const __m64*>(q + s0)),
+                                 reinterpret_cast<const __m64*>(q + s0 + s1));
+  return _mm256_set_m128(hi, lo);
+}
+
+// The 4 taps of 8 bilinear points as 4 vectors (tap (a, b): t_ab, one lane per point): per
+// point two 64-bit loads, then a transpose.
+NJ_AVX2 void bilinear_taps8(const float* img, const int32_t* idx, int64_t s1, __m256& t00,
+                            __m256& t01, __m256& t10, __m256& t11) {
+  __m256 m[4];  // points j and j + 4
+  for (int j = 0; j < 4; ++j)
+    m[j] = _mm256_set_m128(bilinear_taps(img + idx[j + 4], s1), bilinear_taps(img + idx[j], s1));
+  const __m256 u0 = _mm256_unpacklo_ps(m[0], m[1]), u1 = _mm256_unpacklo_ps(m[2], m[3]);
+  const __m256 u2 = _mm256_unpackhi_ps(m[0], m[1]), u3 = _mm256_unpackhi_ps(m[2], m[3]);
+  t00 = _mm256_shuffle_ps(u0, u1, 0x44);
+  t01 = _mm256_shuffle_ps(u0, u1, 0xEE);
+  t10 = _mm256_shuffle_ps(u2, u3, 0x44);
+  t11 = _mm256_shuffle_ps(u2, u3, 0xEE);
+}
+
 // grid_pull, 2-D, order 1: as Pull3dAvx2 (below) in 2-D: per block the 4 weights of each point,
 // kept for a chunk of blocks; per channel and point its 4 taps as two 64-bit loads, two points
 // per vector, and the block's products summed together. No gathers.
@@ -407,17 +459,14 @@ struct PullBack2dAvx2 {
       const __m256 w10 = _mm256_sub_ps(one, blk.u1), w11 = blk.u1;
       const __m256 w20 = _mm256_sub_ps(one, blk.u2), w21 = blk.u2;
       alignas(32) int32_t idx[8];  // base indices, natural order
-      _mm256_store_si256(reinterpret_cast<__m256i*>(idx),
-                         _mm256_castps_si256(nat_ps(_mm256_castsi256_ps(
-                             _mm256_set_m128i(blk.bhi, blk.blo)))));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
       __m256 acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
       for (int64_t c = 0; c < op.C; ++c) {
         const float* vp = vrow + c * op.gs.sC + l * vstep;
         const __m256 v = vstep == 1 ? _mm256_loadu_ps(vp) : _mm256_i32gather_ps(vp, vlane, 4);
         const float* img = ib + c * op.sC;
         __m256 t00, t01, t10, t11;
-        tap_pairs(img, blk.blo, blk.bhi, t00, t01);
-        tap_pairs(img + s1, blk.blo, blk.bhi, t10, t11);
+        bilinear_taps8(img, idx, s1, t00, t01, t10, t11);
         // d/du1 and d/du2 of the bilinear form
         const __m256 r0 = _mm256_fmadd_ps(w21, t01, _mm256_mul_ps(w20, t00));
         const __m256 r1 = _mm256_fmadd_ps(w21, t11, _mm256_mul_ps(w20, t10));
@@ -529,18 +578,18 @@ struct PullBack3dAvx2 {
         for (int b = 0; b < 2; ++b) w01[a][b] = _mm256_mul_ps(w[0][a], w[1][b]);
       alignas(32) int32_t idx[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
-      __m128i blo, bhi;
-      pair_bases(blk.base, blo, bhi);
       __m256 acc[3] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
       for (int64_t c = 0; c < op.C; ++c) {
         const float* vp = vrow + c * op.gs.sC + l * vstep;
         const __m256 v = vstep == 1 ? _mm256_loadu_ps(vp) : _mm256_i32gather_ps(vp, vlane, 4);
         const float* img = ib + c * op.sC;
+        __m256 t[8];  // tap 4 a + 2 b + c, one lane per point
+        for (int j = 0; j < 8; ++j) t[j] = trilinear_taps(img + idx[j], s0, s1);
+        transpose8(t, t);
         __m256 r[2][2], e[2][2];  // along dim 2: value w2 . t and difference t1 - t0
         for (int a = 0; a < 2; ++a)
           for (int b = 0; b < 2; ++b) {
-            __m256 t0, t1;
-            tap_pairs(img + a * s0 + b * s1, blo, bhi, t0, t1);
+            const __m256 t0 = t[4 * a + 2 * b], t1 = t[4 * a + 2 * b + 1];
             r[a][b] = _mm256_fmadd_ps(w[2][1], t1, _mm256_mul_ps(w[2][0], t0));
             e[a][b] = _mm256_sub_ps(t1, t0);
           }
@@ -588,43 +637,6 @@ struct PullBack3dAvx2 {
     rest.tail(pt, r, l, count);
   }
 };
-// 8 vectors in, their 8 horizontal sums out (lane j: the sum of p[j]).
-NJ_AVX2 __m256 hsum8(const __m256* p) {
-  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
-  const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(p[4], p[5]), _mm256_hadd_ps(p[6], p[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-}
-
-// The 8 x 8 transpose: out[j] lane t = in[t] lane j.
-NJ_AVX2 void transpose8(const __m256* in, __m256* out) {
-  __m256 t[8], u[8];
-  for (int k = 0; k < 8; k += 2) {
-    t[k] = _mm256_unpacklo_ps(in[k], in[k + 1]);
-    t[k + 1] = _mm256_unpackhi_ps(in[k], in[k + 1]);
-  }
-  for (int k = 0; k < 8; k += 4) {
-    u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
-    u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
-    u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
-    u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
-  }
-  for (int k = 0; k < 4; ++k) {
-    out[k] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
-    out[k + 4] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
-  }
-}
-
-// The 8 taps of one trilinear point, tap (a, b, c) in lane 4 a + 2 b + c: the pairs (i, i+1) of
-// its 2 x 2 source rows, four 64-bit loads.
-NJ_AVX2 __m256 trilinear_taps(const float* q, int64_t s0, int64_t s1) {
-  const __m128 z = _mm_setzero_ps();
-  const __m128 lo = _mm_loadh_pi(_mm_loadl_pi(z, reinterpret_cast<const __m64*>(q)),
-                                 reinterpret_cast<const __m64*>(q + s1));
-  const __m128 hi = _mm_loadh_pi(_mm_loadl_pi(z, reinterpret_cast<const __m64*>(q + s0)),
-                                 reinterpret_cast<const __m64*>(q + s0 + s1));
-  return _mm256_set_m128(hi, lo);
-}
-
 // grid_pull, 3-D, order 1: per 8-point block the 8 trilinear weights of each point, computed
 // with one lane per point and transposed to one vector per point; per point and channel its 8
 // taps as four 64-bit loads times its weights, and the block's 8 products summed together (a
