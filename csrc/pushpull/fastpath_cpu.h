@@ -750,20 +750,24 @@ struct CubicLanes<float> {
                               const float* wz, int j) {
     const V wy01 = _mm256_set_m128(_mm_broadcast_ss(wy + N + j), _mm_broadcast_ss(wy + j));
     const V wy23 = _mm256_set_m128(_mm_broadcast_ss(wy + 3 * N + j), _mm_broadcast_ss(wy + 2 * N + j));
-    V acc = _mm256_setzero_ps();
+    V acc[2];  // planes z even and odd: two short dependency chains instead of one long one
     for (int z = 0; z < 4; ++z) {
       const float* q = p + z * s0;
       const V r01 = _mm256_loadu2_m128(q + s1, q);  // rows y, y+1 in the low, high halves
       const V r23 = _mm256_loadu2_m128(q + 3 * s1, q + 2 * s1);
       const V t = _mm256_fmadd_ps(r23, wy23, _mm256_mul_ps(r01, wy01));
-      acc = _mm256_fmadd_ps(t, _mm256_broadcast_ss(wz + z * N + j), acc);
+      const V wzz = _mm256_broadcast_ss(wz + z * N + j);
+      acc[z & 1] = z < 2 ? _mm256_mul_ps(t, wzz) : _mm256_fmadd_ps(t, wzz, acc[z & 1]);
     }
-    return _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    const V sum = _mm256_add_ps(acc[0], acc[1]);
+    return _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
   }
   // the sums of 8 points' partial sums, with the dim-2 weights
   NJ_AVX2 static void finish(const float* p[N], int64_t s0, int64_t s1, const float* wy,
                              const float* wz, const float* wx, float* out) {
     __m128 part[N];
+#pragma GCC unroll 8  // part[] in registers (a spilled part made a 2 x 128-bit store to 256-bit
+                      // load pair, which store forwarding cannot serve)
     for (int j = 0; j < N; ++j)
       part[j] = _mm_mul_ps(point(p[j], s0, s1, wy, wz, j), _mm_loadu_ps(wx + 4 * j));
     const V h0 = _mm256_hadd_ps(_mm256_set_m128(part[4], part[0]), _mm256_set_m128(part[5], part[1]));
@@ -806,19 +810,24 @@ struct CubicLanes<double> {
   }
   NJ_AVX2 static V point(const double* p, int64_t s0, int64_t s1, const double* wy,
                          const double* wz, int j) {
-    V acc = _mm256_setzero_pd();
+    V acc[2];  // planes z even and odd (short dependency chains)
     for (int z = 0; z < 4; ++z) {
       const double* q = p + z * s0;
-      V t = _mm256_mul_pd(_mm256_loadu_pd(q), _mm256_broadcast_sd(wy + j));
-      for (int y = 1; y < 4; ++y)
-        t = _mm256_fmadd_pd(_mm256_loadu_pd(q + y * s1), _mm256_broadcast_sd(wy + y * N + j), t);
-      acc = _mm256_fmadd_pd(t, _mm256_broadcast_sd(wz + z * N + j), acc);
+      const V t01 = _mm256_fmadd_pd(_mm256_loadu_pd(q + s1), _mm256_broadcast_sd(wy + N + j),
+                                    _mm256_mul_pd(_mm256_loadu_pd(q), _mm256_broadcast_sd(wy + j)));
+      const V t23 = _mm256_fmadd_pd(
+          _mm256_loadu_pd(q + 3 * s1), _mm256_broadcast_sd(wy + 3 * N + j),
+          _mm256_mul_pd(_mm256_loadu_pd(q + 2 * s1), _mm256_broadcast_sd(wy + 2 * N + j)));
+      const V wzz = _mm256_broadcast_sd(wz + z * N + j);
+      const V t = _mm256_add_pd(t01, t23);
+      acc[z & 1] = z < 2 ? _mm256_mul_pd(t, wzz) : _mm256_fmadd_pd(t, wzz, acc[z & 1]);
     }
-    return acc;
+    return _mm256_add_pd(acc[0], acc[1]);
   }
   NJ_AVX2 static void finish(const double* p[N], int64_t s0, int64_t s1, const double* wy,
                              const double* wz, const double* wx, double* out) {
     V part[N];
+#pragma GCC unroll 4
     for (int j = 0; j < N; ++j)
       part[j] = _mm256_mul_pd(point(p[j], s0, s1, wy, wz, j), _mm256_loadu_pd(wx + 4 * j));
     const V h01 = _mm256_hadd_pd(part[0], part[1]), h23 = _mm256_hadd_pd(part[2], part[3]);
