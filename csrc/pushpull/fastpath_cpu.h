@@ -508,16 +508,23 @@ struct Block3d {
   __m256i base;
   int in_mask;
   __m256 u[3];
+  __m256 keep;  // lanes inside the field of view (all, with extrapolate): others read zero
+  int done;     // lanes a pull's vector path completes: in_mask and the lanes outside
 };
 
 struct Coords3d {
   __m256i lane, lim[3], st[3];
+  bool clip;  // extrapolate off: points outside [-tol, n - 1 + tol] read zero (CoordRule)
+  __m256 lo, hi[3];
 
-  __attribute__((target("avx2,fma"))) explicit Coords3d(const Geom& G) {
+  __attribute__((target("avx2,fma"))) explicit Coords3d(const Geom& G) : clip(!G.extrapolate) {
     lane = row_lanes(G);
+    const CoordRule<float> rule(G, 3);
+    lo = _mm256_set1_ps(rule.lo);
     for (int k = 0; k < 3; ++k) {
       lim[k] = _mm256_set1_epi32(static_cast<int>(G.src[k] - 1));
       st[k] = _mm256_set1_epi32(static_cast<int>(G.sst[k]));
+      hi[k] = _mm256_set1_ps(rule.hi[k]);
     }
   }
 
@@ -539,6 +546,12 @@ struct Coords3d {
     }
     blk.base = _mm256_and_si256(base, inside);
     blk.in_mask = _mm256_movemask_ps(_mm256_castsi256_ps(inside));
+    blk.keep = _mm256_castsi256_ps(minus1);
+    if (clip)  // ordered compares: NaN is outside, as in CoordRule
+      for (int k = 0; k < 3; ++k)
+        blk.keep = _mm256_and_ps(blk.keep, _mm256_and_ps(_mm256_cmp_ps(xs[k], lo, _CMP_GE_OQ),
+                                                         _mm256_cmp_ps(xs[k], hi[k], _CMP_LE_OQ)));
+    blk.done = blk.in_mask | (~_mm256_movemask_ps(blk.keep) & 0xFF);
   }
 };
 
@@ -662,6 +675,7 @@ struct Pull3dAvx2 {
     const __m256 one = _mm256_set1_ps(1.f);
     alignas(32) __m256 wts[kChunk][8];  // block k, point j: its 8 tap weights
     alignas(32) int32_t idx[kChunk][8];
+    __m256 keep[kChunk];
     int mask[kChunk];
     int64_t l = 0;
     while (l + 8 <= count) {
@@ -683,7 +697,8 @@ struct Pull3dAvx2 {
           }
         transpose8(wt, wts[k]);
         _mm256_store_si256(reinterpret_cast<__m256i*>(idx[k]), blk.base);
-        mask[k] = blk.in_mask;
+        keep[k] = blk.keep;
+        mask[k] = blk.done;
       }
       for (int64_t c = 0; c < op.C; ++c) {
         const float* img = ib + c * op.sC;
@@ -692,7 +707,7 @@ struct Pull3dAvx2 {
           __m256 prod[8];
           for (int j = 0; j < 8; ++j)
             prod[j] = _mm256_mul_ps(trilinear_taps(img + idx[k][j], s0, s1), wts[k][j]);
-          _mm256_storeu_ps(o + 8 * k, hsum8(prod));
+          _mm256_storeu_ps(o + 8 * k, _mm256_and_ps(hsum8(prod), keep[k]));
         }
       }
       for (int k = 0; k < nb; ++k) rest.block(pt, r, l + 8 * k, mask[k]);
@@ -734,6 +749,13 @@ struct CubicLanes<float> {
     _mm256_store_si256(reinterpret_cast<__m256i*>(p), v);
   }
   NJ_AVX2 static void store(float* p, V v) { _mm256_store_ps(p, v); }
+  NJ_AVX2 static V ones() { return _mm256_castsi256_ps(_mm256_set1_epi32(-1)); }
+  NJ_AVX2 static V within(V x, float lo, float hi) {  // ordered: NaN is outside
+    return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lo), _CMP_GE_OQ),
+                         _mm256_cmp_ps(x, _mm256_set1_ps(hi), _CMP_LE_OQ));
+  }
+  NJ_AVX2 static V vand(V a, V b) { return _mm256_and_ps(a, b); }
+  NJ_AVX2 static int vmask(V m) { return _mm256_movemask_ps(m); }
   // wx[j * 4 + t] = w[t] of point j
   NJ_AVX2 static void transpose(const V* w, float* wx) {
     const V t0 = _mm256_unpacklo_ps(w[0], w[1]), t1 = _mm256_unpacklo_ps(w[2], w[3]);
@@ -764,7 +786,7 @@ struct CubicLanes<float> {
   }
   // the sums of 8 points' partial sums, with the dim-2 weights
   NJ_AVX2 static void finish(const float* p[N], int64_t s0, int64_t s1, const float* wy,
-                             const float* wz, const float* wx, float* out) {
+                             const float* wz, const float* wx, V keep, float* out) {
     __m128 part[N];
 #pragma GCC unroll 8  // part[] in registers (a spilled part made a 2 x 128-bit store to 256-bit
                       // load pair, which store forwarding cannot serve)
@@ -772,7 +794,7 @@ struct CubicLanes<float> {
       part[j] = _mm_mul_ps(point(p[j], s0, s1, wy, wz, j), _mm_loadu_ps(wx + 4 * j));
     const V h0 = _mm256_hadd_ps(_mm256_set_m128(part[4], part[0]), _mm256_set_m128(part[5], part[1]));
     const V h1 = _mm256_hadd_ps(_mm256_set_m128(part[6], part[2]), _mm256_set_m128(part[7], part[3]));
-    _mm256_storeu_ps(out, _mm256_hadd_ps(h0, h1));
+    _mm256_storeu_ps(out, _mm256_and_ps(_mm256_hadd_ps(h0, h1), keep));
   }
 };
 
@@ -800,6 +822,13 @@ struct CubicLanes<double> {
     _mm_store_si128(reinterpret_cast<__m128i*>(p), v);
   }
   NJ_AVX2 static void store(double* p, V v) { _mm256_store_pd(p, v); }
+  NJ_AVX2 static V ones() { return _mm256_castsi256_pd(_mm256_set1_epi32(-1)); }
+  NJ_AVX2 static V within(V x, double lo, double hi) {
+    return _mm256_and_pd(_mm256_cmp_pd(x, _mm256_set1_pd(lo), _CMP_GE_OQ),
+                         _mm256_cmp_pd(x, _mm256_set1_pd(hi), _CMP_LE_OQ));
+  }
+  NJ_AVX2 static V vand(V a, V b) { return _mm256_and_pd(a, b); }
+  NJ_AVX2 static int vmask(V m) { return _mm256_movemask_pd(m); }
   NJ_AVX2 static void transpose(const V* w, double* wx) {
     const V t0 = _mm256_unpacklo_pd(w[0], w[1]), t1 = _mm256_unpackhi_pd(w[0], w[1]);
     const V t2 = _mm256_unpacklo_pd(w[2], w[3]), t3 = _mm256_unpackhi_pd(w[2], w[3]);
@@ -825,14 +854,15 @@ struct CubicLanes<double> {
     return _mm256_add_pd(acc[0], acc[1]);
   }
   NJ_AVX2 static void finish(const double* p[N], int64_t s0, int64_t s1, const double* wy,
-                             const double* wz, const double* wx, double* out) {
+                             const double* wz, const double* wx, V keep, double* out) {
     V part[N];
 #pragma GCC unroll 4
     for (int j = 0; j < N; ++j)
       part[j] = _mm256_mul_pd(point(p[j], s0, s1, wy, wz, j), _mm256_loadu_pd(wx + 4 * j));
     const V h01 = _mm256_hadd_pd(part[0], part[1]), h23 = _mm256_hadd_pd(part[2], part[3]);
-    _mm256_storeu_pd(out, _mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20),
-                                        _mm256_permute2f128_pd(h01, h23, 0x31)));
+    _mm256_storeu_pd(out, _mm256_and_pd(_mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20),
+                                                      _mm256_permute2f128_pd(h01, h23, 0x31)),
+                                        keep));
   }
 };
 
@@ -857,6 +887,7 @@ struct Pull3dCubicAvx2 {
       st[k] = L::ivec(G.sst[k]);
     }
     const int64_t s0 = G.sst[0], s1 = G.sst[1];
+    const CoordRule<T> rule(G, 3);  // extrapolate off: points outside read zero
     const T* ib = op.in + pt.b * op.sB;
     T* ob = op.out + pt.b * op.C * op.P + pt.p;
     alignas(32) int32_t idx[N];
@@ -866,6 +897,9 @@ struct Pull3dCubicAvx2 {
       auto inside = minus1, base = L::ivec(0);
       V w[4], xs[3];
       L::coords(r, l, lane, xs);
+      V keep = L::ones();
+      if (!G.extrapolate)
+        for (int k = 0; k < 3; ++k) keep = L::vand(keep, L::within(xs[k], rule.lo, rule.hi[k]));
       for (int k = 0; k < 3; ++k) {
         const V x = xs[k] - T(1);  // first tap at floor(x) - 1
         const V f = L::floor(x);
@@ -883,14 +917,14 @@ struct Pull3dCubicAvx2 {
       // lanes whose support leaves the source read from voxel 0 (every dim has >= 4 voxels)
       // and are redone by the scalar path
       L::store_int(idx, L::iand(base, inside));
-      const int in_mask = L::mask(inside);
+      const int done = L::mask(inside) | (~L::vmask(keep) & ((1 << N) - 1));
       for (int64_t c = 0; c < op.C; ++c) {
         const T* img = ib + c * op.sC;
         const T* p[N];
         for (int j = 0; j < N; ++j) p[j] = img + idx[j];
-        L::finish(p, s0, s1, wy, wz, wx, ob + c * op.P + l);
+        L::finish(p, s0, s1, wy, wz, wx, keep, ob + c * op.P + l);
       }
-      rest.template block<N>(pt, r, l, in_mask);
+      rest.template block<N>(pt, r, l, done);
     }
     rest.tail(pt, r, l, count);
   }
