@@ -757,16 +757,7 @@ struct CubicLanes<float> {
   NJ_AVX2 static V vand(V a, V b) { return _mm256_and_ps(a, b); }
   NJ_AVX2 static int vmask(V m) { return _mm256_movemask_ps(m); }
   // wx[j * 4 + t] = w[t] of point j
-  NJ_AVX2 static void transpose(const V* w, float* wx) {
-    const V t0 = _mm256_unpacklo_ps(w[0], w[1]), t1 = _mm256_unpacklo_ps(w[2], w[3]);
-    const V t2 = _mm256_unpackhi_ps(w[0], w[1]), t3 = _mm256_unpackhi_ps(w[2], w[3]);
-    const V r0 = _mm256_shuffle_ps(t0, t1, 0x44), r1 = _mm256_shuffle_ps(t0, t1, 0xEE);
-    const V r2 = _mm256_shuffle_ps(t2, t3, 0x44), r3 = _mm256_shuffle_ps(t2, t3, 0xEE);
-    _mm256_storeu_ps(wx, _mm256_permute2f128_ps(r0, r1, 0x20));       // points 0, 1
-    _mm256_storeu_ps(wx + 8, _mm256_permute2f128_ps(r2, r3, 0x20));   // 2, 3
-    _mm256_storeu_ps(wx + 16, _mm256_permute2f128_ps(r0, r1, 0x31));  // 4, 5
-    _mm256_storeu_ps(wx + 24, _mm256_permute2f128_ps(r2, r3, 0x31));  // 6, 7
-  }
+  NJ_AVX2 static void transpose(const V* w, float* wx) { transpose4x8(w, wx); }
   // the 4 partial sums of one point (weights wy, wz: tap t at [t * N + j])
   NJ_AVX2 static __m128 point(const float* p, int64_t s0, int64_t s1, const float* wy,
                               const float* wz, int j) {
