@@ -758,6 +758,10 @@ struct CubicLanes<float> {
   NJ_AVX2 static int vmask(V m) { return _mm256_movemask_ps(m); }
   // wx[j * 4 + t] = w[t] of point j
   NJ_AVX2 static void transpose(const V* w, float* wx) { transpose4x8(w, wx); }
+  // 4 taps of two rows (_mm256_loadu2_m128, spelled out: older GCCs lack it)
+  NJ_AVX2 static V rows2(const float* lo, const float* hi) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1);
+  }
   // the 4 partial sums of one point (weights wy, wz: tap t at [t * N + j])
   NJ_AVX2 static __m128 point(const float* p, int64_t s0, int64_t s1, const float* wy,
                               const float* wz, int j) {
@@ -766,8 +770,8 @@ struct CubicLanes<float> {
     V acc[2];  // planes z even and odd: two short dependency chains instead of one long one
     for (int z = 0; z < 4; ++z) {
       const float* q = p + z * s0;
-      const V r01 = _mm256_loadu2_m128(q + s1, q);  // rows y, y+1 in the low, high halves
-      const V r23 = _mm256_loadu2_m128(q + 3 * s1, q + 2 * s1);
+      const V r01 = rows2(q, q + s1);  // rows y, y+1 in the low, high halves
+      const V r23 = rows2(q + 2 * s1, q + 3 * s1);
       const V t = _mm256_fmadd_ps(r23, wy23, _mm256_mul_ps(r01, wy01));
       const V wzz = _mm256_broadcast_ss(wz + z * N + j);
       acc[z & 1] = z < 2 ? _mm256_mul_ps(t, wzz) : _mm256_fmadd_ps(t, wzz, acc[z & 1]);
