@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "nitorch_jit/bounds.h"
 #include "nitorch_jit/message.h"
@@ -105,6 +106,12 @@ inline void check_point_shape(const at::Tensor& t, const char* name, const at::T
                 shape_str(grid.sizes().slice(1, D)));
 }
 
+// t (weight, grad) has as many channels as input.
+inline void check_channels(const at::Tensor& t, const char* name, const at::Tensor& input) {
+  TORCH_CHECK(t.size(1) == input.size(1), name, " channels (", num(t.size(1)),
+              ") must equal input channels (", num(input.size(1)), ")");
+}
+
 inline void check_options(at::IntArrayRef order, at::IntArrayRef bound, int64_t D) {
   TORCH_CHECK(static_cast<int64_t>(order.size()) == D, "order must have D = ", num(D),
               " entries (one per spatial dim), got ", num(order.size()));
@@ -124,6 +131,25 @@ inline void check_shape(at::IntArrayRef shape, int64_t D) {
               " entries (the output spatial size), got ", num(shape.size()));
   for (int64_t d = 0; d < D; ++d)
     TORCH_CHECK(shape[d] >= 0, "shape[", num(d), "] must be >= 0, got ", num(shape[d]));
+}
+
+// The checks of affine_pull / affine_push (input `layout`, output spatial `shape`); returns D.
+template <class Dev>
+int64_t check_affine_resample(const at::Tensor& input, const char* layout,
+                              const at::Tensor& affine, at::IntArrayRef shape,
+                              at::IntArrayRef order, at::IntArrayRef bound) {
+  const int64_t D = check_affine<Dev>(affine);
+  check_tensor(input, "input", affine, D, false, layout, "affine");
+  check_options(order, bound, D);
+  check_shape(shape, D);
+  return D;
+}
+
+// [B, C, *shape]: the output size of affine_pull / affine_push.
+inline std::vector<int64_t> resampled_size(const at::Tensor& input, at::IntArrayRef shape) {
+  std::vector<int64_t> s = {input.size(0), input.size(1)};
+  s.insert(s.end(), shape.begin(), shape.end());
+  return s;
 }
 
 }  // namespace checks

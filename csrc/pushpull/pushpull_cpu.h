@@ -108,10 +108,17 @@ inline int64_t check_grid(const at::Tensor& grid) { return checks::check_grid<Cp
 inline int64_t check_affine(const at::Tensor& affine) {
   return checks::check_affine<CpuDev>(affine);
 }
+inline int64_t check_affine_resample(const at::Tensor& input, const char* layout,
+                                     const at::Tensor& affine, at::IntArrayRef shape,
+                                     at::IntArrayRef order, at::IntArrayRef bound) {
+  return checks::check_affine_resample<CpuDev>(input, layout, affine, shape, order, bound);
+}
+using checks::check_channels;
 using checks::check_options;
 using checks::check_point_shape;
 using checks::check_shape;
 using checks::check_tensor;
+using checks::resampled_size;
 
 // Geometry of B batches of points of spatial shape `pts`, options, and the source tensor's
 // sizes/strides (spatial dims only). No grid strides: see make_geom.
@@ -146,6 +153,16 @@ inline Geom make_geom(const at::Tensor& grid, int64_t D, int64_t C, at::IntArray
   G.gD = grid.stride(-1);
   for (int64_t d = 0; d < D; ++d) G.g[G.first() + d] = grid.stride(1 + d);
   return G;
+}
+
+// The checks and geometry of a gather from input [B, C, *S] at the points of `grid`.
+inline Geom gather_geom(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
+                        at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_grid(grid);
+  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
+  check_options(order, bound, D);
+  return make_geom(grid, D, input.size(1), input.sizes().slice(2), input.strides().slice(2),
+                   order, bound, extrapolate);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -38,10 +38,12 @@ namespace cuda {
 
 using checks::check_affine;  // check_grid<Policy> / check_affine<Policy>: the Policy is the Dev
 using checks::check_grid;
+using checks::check_channels;
 using checks::check_options;
 using checks::check_point_shape;
 using checks::check_shape;
 using checks::is_half;
+using checks::resampled_size;
 using msg::dev;
 using msg::dt;
 using msg::num;
@@ -248,8 +250,7 @@ at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at:
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(weight, "weight", grid, D, kIsHess, kIsHess ? "[B, C, *O, D]" : "[B, C, *O]");
   check_point_shape(weight, "weight", grid, D);
-  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", num(weight.size(1)),
-              ") must equal input channels (", num(input.size(1)), ")");
+  check_channels(weight, "weight", input);
   TORCH_CHECK(weight.scalar_type() == input.scalar_type(), "weight dtype (",
               dt(weight.scalar_type()), ") must equal input dtype (", dt(input.scalar_type()),
               ")");
@@ -279,8 +280,7 @@ std::tuple<at::Tensor, at::Tensor> pullback_impl(const at::Tensor& grad, const a
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(grad, "grad", grid, D, false, "[B, C, *O]");
   check_point_shape(grad, "grad", grid, D);
-  TORCH_CHECK(grad.size(1) == input.size(1), "grad channels (", num(grad.size(1)),
-              ") must equal input channels (", num(input.size(1)), ")");
+  check_channels(grad, "grad", input);
   TORCH_CHECK(grad.scalar_type() == input.scalar_type(), "grad dtype (", dt(grad.scalar_type()),
               ") must equal input dtype (", dt(input.scalar_type()), ")");
   check_options(order, bound, D);
@@ -340,14 +340,10 @@ template <class Policy>
 at::Tensor affine_pull_impl(const at::Tensor& input, const at::Tensor& affine,
                             at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
                             bool extrapolate) {
-  const int64_t D = check_affine<Policy>(affine);
-  check_affine_tensor(input, "input", affine, D, "[B, C, *S]");
-  check_options(order, bound, D);
-  check_shape(shape, D);
+  const int64_t D =
+      checks::check_affine_resample<Policy>(input, "[B, C, *S]", affine, shape, order, bound);
   const typename Policy::Guard guard(affine.device());
-  std::vector<int64_t> osize = {input.size(0), input.size(1)};
-  osize.insert(osize.end(), shape.begin(), shape.end());
-  at::Tensor out = at::empty(osize, input.options());
+  at::Tensor out = at::empty(resampled_size(input, shape), input.options());
   if (out.numel() == 0) return out;
   if (empty_source(input, D)) return out.zero_();
   const at::Tensor mat = affine.contiguous();
@@ -362,14 +358,10 @@ template <class Policy>
 at::Tensor affine_push_impl(const at::Tensor& input, const at::Tensor& affine,
                             at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
                             bool extrapolate) {
-  const int64_t D = check_affine<Policy>(affine);
-  check_affine_tensor(input, "input", affine, D, "[B, C, *O]");
-  check_options(order, bound, D);
-  check_shape(shape, D);
+  const int64_t D =
+      checks::check_affine_resample<Policy>(input, "[B, C, *O]", affine, shape, order, bound);
   const typename Policy::Guard guard(affine.device());
-  std::vector<int64_t> osize = {input.size(0), input.size(1)};
-  osize.insert(osize.end(), shape.begin(), shape.end());
-  at::Tensor out = at::zeros(osize, input.options());
+  at::Tensor out = at::zeros(resampled_size(input, shape), input.options());
   if (out.numel() == 0 || input.numel() == 0) return out;
   const at::Tensor mat = affine.contiguous();
   Params p = make_affine_params(mat, input.sizes().slice(2), D, order, bound, extrapolate);
@@ -387,8 +379,7 @@ at::Tensor affine_dot_impl(const at::Tensor& weight, const at::Tensor& input,
   const int64_t D = check_affine<Policy>(affine);
   check_affine_tensor(input, "input", affine, D, "[B, C, *S]");
   check_affine_tensor(weight, "weight", affine, D, "[B, C, *O]");
-  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", num(weight.size(1)),
-              ") must equal input channels (", num(input.size(1)), ")");
+  check_channels(weight, "weight", input);
   check_options(order, bound, D);
   const typename Policy::Guard guard(affine.device());
   at::Tensor out = at::zeros({affine.size(0), D, D + 1}, input.options());
