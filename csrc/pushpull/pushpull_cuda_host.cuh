@@ -94,26 +94,14 @@ inline bool flat_stride(const int64_t* st, const int64_t* pts, int64_t& flat) {
   return true;
 }
 
-// Grid, options and batch; internal dim k = 3 - D + d holds spatial dim d.
+// Grid, options and batch (pushpull_geometry.h).
 inline Params make_params(const at::Tensor& grid, const at::Tensor& data, int64_t D,
-                   at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+                          at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
   Params p;
-  p.D = static_cast<int>(D);
-  p.extrapolate = extrapolate;
-  p.B = grid.size(0);
+  set_points(p, grid.size(0), grid.sizes().slice(1, D), D, order, bound, extrapolate);
+  set_grid_strides(p, grid.strides());
   p.grid = grid.const_data_ptr();
   p.grid_f32 = is_half(data.scalar_type()) && grid.scalar_type() == at::kFloat;
-  p.gB = grid.stride(0);
-  p.gD = grid.stride(-1);
-  const int f = 3 - p.D;
-  for (int64_t d = 0; d < D; ++d) {
-    const int k = f + static_cast<int>(d);
-    p.order[k] = static_cast<int>(order[d]);
-    p.bound[k] = static_cast<int>(bound[d]);
-    p.pts[k] = grid.size(1 + d);
-    p.g[k] = grid.stride(1 + d);
-  }
-  p.P = p.pts[0] * p.pts[1] * p.pts[2];
   return p;
 }
 
@@ -123,22 +111,18 @@ inline void set_gather_source(Params& p, const at::Tensor& input) {
   p.src_ptr = input.const_data_ptr();
   p.sB = input.stride(0);
   p.sC = input.stride(1);
-  const int f = 3 - p.D;
-  for (int d = 0; d < p.D; ++d) {
-    p.src[f + d] = input.size(2 + d);
-    p.sst[f + d] = input.stride(2 + d);
-  }
+  set_source(p, input.sizes().slice(2), input.strides().slice(2));
 }
 
 // The image the taps index, for scatters: a contiguous [B, C, *shape] buffer.
 inline void set_scatter_source(Params& p, at::IntArrayRef shape) {
-  const int f = 3 - p.D;
+  int64_t stride[3];
   int64_t s = 1;
   for (int d = p.D - 1; d >= 0; --d) {
-    p.src[f + d] = shape[d];
-    p.sst[f + d] = s;
+    stride[d] = s;
     s *= shape[d];
   }
+  set_source(p, shape, stride);
 }
 
 // The per-point tensor [B, C, *O(, D)] (pushed values, dot weights).
@@ -320,19 +304,9 @@ inline void check_affine_tensor(const at::Tensor& t, const char* name, const at:
 inline Params make_affine_params(const at::Tensor& mat, at::IntArrayRef pts, int64_t D,
                                  at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
   Params p;
-  p.D = static_cast<int>(D);
-  p.extrapolate = extrapolate;
-  p.B = mat.size(0);
+  set_points(p, mat.size(0), pts, D, order, bound, extrapolate);
   p.mat = mat.const_data_ptr();
   p.mB = mat.stride(0);
-  const int f = 3 - p.D;
-  for (int64_t d = 0; d < D; ++d) {
-    const int k = f + static_cast<int>(d);
-    p.order[k] = static_cast<int>(order[d]);
-    p.bound[k] = static_cast<int>(bound[d]);
-    p.pts[k] = pts[d];
-  }
-  p.P = p.pts[0] * p.pts[1] * p.pts[2];
   return p;
 }
 

@@ -281,17 +281,37 @@ struct DeviceAtomicAdd {
 // per-point tensor (pin) lies at offset poff (batch included); empty(G, b, p): a point that
 // contributes nothing.
 
+// The names every op declares: S the stored type, I the offset type, A the computation type,
+// DER the derivatives its tap lists carry, kTile: it has a tiled variant (pushpull_tiles.cuh).
+#define NJ_PP_OP_TYPES(der, tile)    \
+  using S = S_;                      \
+  using I = I_;                      \
+  using A = typename AccOf<S>::type; \
+  static constexpr int DER = der;    \
+  static constexpr bool kTile = tile
+
+// batch b of the gathered source; the per-point tensor at offset poff; batch b of a scatter's
+// buffer ([B, C, N] in the computation type)
+template <typename S, typename I>
+__device__ __forceinline__ const S* source_of(const Geo<I>& G, I b) {
+  return static_cast<const S*>(G.src_ptr) + b * G.sB;
+}
+template <typename S, typename I>
+__device__ __forceinline__ const S* point_data(const Geo<I>& G, I poff) {
+  return static_cast<const S*>(G.pin) + poff;
+}
+template <typename A, typename I>
+__device__ __forceinline__ A* scatter_out(const Geo<I>& G, I b) {
+  return static_cast<A*>(G.out) + b * G.C * G.N;
+}
+
 template <typename S_, typename I_>
 struct PullOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 0;
-  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
+  NJ_PP_OP_TYPES(0, false);
   template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I, const T0& t0,
                                                const T1& t1, const T2& t2) {
-    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
+    const S* in = source_of<S>(G, b);
     S* out = static_cast<S*>(G.out) + b * G.C * G.P + p;
     for (I c = 0; c < G.C; ++c)
       out[c * G.P] = from_acc<S>(pull_point<DeviceLoad>(t0, t1, t2, in + c * G.sC));
@@ -304,15 +324,11 @@ struct PullOp {
 
 template <typename S_, typename I_>
 struct GradOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 1;
-  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
+  NJ_PP_OP_TYPES(1, false);
   template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I, const T0& t0,
                                                const T1& t1, const T2& t2) {
-    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
+    const S* in = source_of<S>(G, b);
     const int f = G.first;
     const I D = 3 - f;
     S* out = static_cast<S*>(G.out) + (b * G.C * G.P + p) * D;
@@ -335,16 +351,12 @@ struct GradOp {
 
 template <typename S_, typename I_>
 struct PushOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 0;
-  static constexpr bool kTile = true;
+  NJ_PP_OP_TYPES(0, true);
   template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
-    const S* in = static_cast<const S*>(G.pin) + poff;
-    A* out = static_cast<A*>(G.out) + b * G.C * G.N;
+    const S* in = point_data<S>(G, poff);
+    A* out = scatter_out<A>(G, b);
     for (I c = 0; c < G.C; ++c) {
       const A v = ld(in + c * G.pC);
       if (v == A(0)) continue;  // adds exactly nothing (weights are finite)
@@ -359,7 +371,7 @@ struct PushOp {
                                                     const T0& t0, const T1& t1, const T2& t2,
                                                     const W0& w0, const W1& w1, const W2& w2,
                                                     A* win) {
-    const A v = ld(static_cast<const S*>(G.pin) + poff + c * G.pC);
+    const A v = ld(point_data<S>(G, poff) + c * G.pC);
     if (v == A(0)) return;
     push_point_to<DeviceAtomicAdd>(t0, t1, t2, w0, w1, w2, win, v);
   }
@@ -368,16 +380,12 @@ struct PushOp {
 
 template <typename S_, typename I_>
 struct PushGradOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 1;
-  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
+  NJ_PP_OP_TYPES(1, false);
   template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
-    const S* in = static_cast<const S*>(G.pin) + poff;
-    A* out = static_cast<A*>(G.out) + b * G.C * G.N;
+    const S* in = point_data<S>(G, poff);
+    A* out = scatter_out<A>(G, b);
     const int f = G.first;
     for (I c = 0; c < G.C; ++c) {
       A g[3];
@@ -396,18 +404,14 @@ struct PushGradOp {
 
 template <typename S_, typename I_>
 struct GradDotOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 1;
-  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
+  NJ_PP_OP_TYPES(1, false);
   // acc_k = sum_c weight[c] grad(input[c])_k at the point (internal dims k)
   template <class T0, class T1, class T2>
   static __device__ __forceinline__ void contract(const Geo<I>& G, I b, I poff, const T0& t0,
                                                   const T1& t1, const T2& t2, A& acc0, A& acc1,
                                                   A& acc2) {
-    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
-    const S* wt = static_cast<const S*>(G.pin) + poff;
+    const S* in = source_of<S>(G, b);
+    const S* wt = point_data<S>(G, poff);
     acc0 = acc1 = acc2 = A(0);
     for (I c = 0; c < G.C; ++c) {
       A g0, g1, g2;
@@ -435,14 +439,12 @@ struct GradDotOp {
 
 template <typename S_, typename I_>
 struct HessDotOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 2;
-  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
+  NJ_PP_OP_TYPES(2, false);
   template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
+    // written out, not source_of / point_data: through them nvcc compiled this kernel
+    // differently (more spills in its order-3 variants)
     const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
     const S* wt = static_cast<const S*>(G.pin) + poff;
     const int f = G.first;
@@ -470,17 +472,13 @@ struct HessDotOp {
 // gradient; out += push (accumulation type, [B, C, N]), out2 = grad_dot (grid-typed [B, P, D]).
 template <typename S_, typename I_>
 struct PullBackOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 1;
-  static constexpr bool kTile = true;
+  NJ_PP_OP_TYPES(1, true);
   template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
-    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
-    const S* gr = static_cast<const S*>(G.pin) + poff;
-    A* out = static_cast<A*>(G.out) + b * G.C * G.N;
+    const S* in = source_of<S>(G, b);
+    const S* gr = point_data<S>(G, poff);
+    A* out = scatter_out<A>(G, b);
     A acc0 = A(0), acc1 = A(0), acc2 = A(0);
     for (I c = 0; c < G.C; ++c) {
       const A v = ld(gr + c * G.pC);
@@ -509,8 +507,8 @@ struct PullBackOp {
                                                     const W0& w0, const W1& w1, const W2& w2,
                                                     A* win) {
     static_assert(!kIsHalf<S>, "the tiled scatter accumulates out2 in the data type");
-    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB + c * G.sC;
-    const A v = ld(static_cast<const S*>(G.pin) + poff + c * G.pC);
+    const S* in = source_of<S>(G, b) + c * G.sC;
+    const A v = ld(point_data<S>(G, poff) + c * G.pC);
     A a[3] = {A(0), A(0), A(0)};
     if (v != A(0)) {
       A g0, g1, g2;
@@ -552,11 +550,7 @@ struct AffinePushOp : PushOp<S_, I_> {
 
 template <typename S_, typename I_>
 struct AffineDotOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 1;
-  static constexpr bool kTile = false;
+  NJ_PP_OP_TYPES(1, false);
   static constexpr bool kAffine = true;
   A* g;  // the thread's [3]: grad_dot at the point, internal dims
   template <class T0, class T1, class T2>
