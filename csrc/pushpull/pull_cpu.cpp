@@ -231,18 +231,10 @@ bool try_pull1_avx2(const Geom& G, const Src& src, const PullOp<T>& op) {
   return false;
 }
 
-std::vector<int64_t> out_shape(const at::Tensor& input, const at::Tensor& grid, int64_t D,
-                               bool with_d) {
-  std::vector<int64_t> s = {input.size(0), input.size(1)};
-  for (int64_t d = 0; d < D; ++d) s.push_back(grid.size(1 + d));
-  if (with_d) s.push_back(D);
-  return s;
-}
-
 at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
                          at::IntArrayRef bound, bool extrapolate) {
   const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  at::Tensor out = at::empty(out_shape(input, grid, G.D, false), grid.options());
+  at::Tensor out = at::empty(point_shape(grid, G.B, G.C, G.D, false), grid.options());
   if (out.numel() == 0) return out;
   if (G.empty_source()) return out.zero_();
   AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_pull", [&] {
@@ -261,7 +253,7 @@ at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
 at::Tensor grid_grad_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
                          at::IntArrayRef bound, bool extrapolate) {
   const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  at::Tensor out = at::empty(out_shape(input, grid, G.D, true), grid.options());
+  at::Tensor out = at::empty(point_shape(grid, G.B, G.C, G.D, true), grid.options());
   if (out.numel() == 0) return out;
   if (G.empty_source()) return out.zero_();
   AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_grad", [&] {

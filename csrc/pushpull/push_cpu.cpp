@@ -74,9 +74,7 @@ at::Tensor push_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArr
   check_point_shape(input, "input", grid, D);
   check_options(order, bound, D);
   check_shape(shape, D);
-  std::vector<int64_t> osize = {input.size(0), input.size(1)};
-  for (int64_t d = 0; d < D; ++d) osize.push_back(shape[d]);
-  at::Tensor out = at::zeros(osize, grid.options());
+  at::Tensor out = at::zeros(resampled_size(input, shape), grid.options());
   if (out.numel() == 0) return out;
   std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
   const Geom G = make_geom(grid, D, input.size(1), shape, ostride, order, bound, extrapolate);

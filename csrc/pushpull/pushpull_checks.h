@@ -1,6 +1,6 @@
-// The argument checks of the pushpull ops (docs/pushpull-spec.md), one copy for the CPU library
-// (pushpull_cpu.h) and the CUDA host code (pushpull_cuda_host.cuh), so that both raise the same
-// messages. A Dev describes the library's device:
+// The argument checks and output sizes of the pushpull ops (docs/pushpull-spec.md), one copy for
+// the CPU library (pushpull_cpu.h) and the CUDA host code (pushpull_cuda_host.cuh), so that both
+// raise the same messages. A Dev describes the library's device:
 //   kDevice            name for messages ("CPU", "CUDA")
 //   on_device(t)       is t on that device
 //   kHalf              float16 / bfloat16 data (with a float32 grid) accepted
@@ -145,7 +145,16 @@ int64_t check_affine_resample(const at::Tensor& input, const char* layout,
   return D;
 }
 
-// [B, C, *shape]: the output size of affine_pull / affine_push.
+// [B, C, *O(, D)]: the output size of pull and grad (with_d) at the points of grid [B, *O, D].
+inline std::vector<int64_t> point_shape(const at::Tensor& grid, int64_t B, int64_t C, int64_t D,
+                                        bool with_d) {
+  std::vector<int64_t> s = {B, C};
+  for (int64_t d = 0; d < D; ++d) s.push_back(grid.size(1 + d));
+  if (with_d) s.push_back(D);
+  return s;
+}
+
+// [B, C, *shape]: the output size of the scatters (push, pushgrad) and of affine_pull.
 inline std::vector<int64_t> resampled_size(const at::Tensor& input, at::IntArrayRef shape) {
   std::vector<int64_t> s = {input.size(0), input.size(1)};
   s.insert(s.end(), shape.begin(), shape.end());

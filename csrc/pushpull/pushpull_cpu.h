@@ -100,6 +100,7 @@ using checks::check_options;
 using checks::check_point_shape;
 using checks::check_shape;
 using checks::check_tensor;
+using checks::point_shape;
 using checks::resampled_size;
 
 // Geometry of B batches of points of spatial shape `pts`, options, and the source tensor's

@@ -43,6 +43,7 @@ using checks::check_options;
 using checks::check_point_shape;
 using checks::check_shape;
 using checks::is_half;
+using checks::point_shape;
 using checks::resampled_size;
 using msg::dev;
 using msg::dt;
@@ -165,14 +166,6 @@ void run(Params& p, const at::Tensor& data, bool i32) {
   Policy::template run_kernel<OP>(p, dtype_of(data), i32 && allow_i32());
 }
 
-inline std::vector<int64_t> point_shape(const at::Tensor& grid, int64_t B, int64_t C, int64_t D,
-                                 bool with_d) {
-  std::vector<int64_t> s = {B, C};
-  for (int64_t d = 0; d < D; ++d) s.push_back(grid.size(1 + d));
-  if (with_d) s.push_back(D);
-  return s;
-}
-
 inline bool empty_source(const at::Tensor& input, int64_t D) {
   for (int64_t d = 0; d < D; ++d)
     if (input.size(2 + d) == 0) return true;
@@ -210,11 +203,10 @@ at::Tensor scatter_impl(const at::Tensor& input, const at::Tensor& grid, at::Int
   check_options(order, bound, D);
   check_shape(shape, D);
   const typename Policy::Guard guard(grid.device());
-  std::vector<int64_t> osize = {input.size(0), input.size(1)};
-  for (int64_t d = 0; d < D; ++d) osize.push_back(shape[d]);
   // half data: atomics add into a float32 buffer, cast at the end
   const bool half = is_half(input.scalar_type());
-  at::Tensor buf = at::zeros(osize, input.options().dtype(half ? at::kFloat : input.scalar_type()));
+  at::Tensor buf = at::zeros(resampled_size(input, shape),
+                             input.options().dtype(half ? at::kFloat : input.scalar_type()));
   if (buf.numel() > 0) {
     Params p = make_params(grid, input, D, order, bound, extrapolate);
     set_scatter_source(p, shape);
@@ -240,10 +232,7 @@ at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at:
               ")");
   check_options(order, bound, D);
   const typename Policy::Guard guard(grid.device());
-  std::vector<int64_t> osize = {grid.size(0)};
-  for (int64_t d = 0; d < D; ++d) osize.push_back(grid.size(1 + d));
-  osize.push_back(D);
-  at::Tensor out = at::empty(osize, grid.options());
+  at::Tensor out = at::empty(grid.sizes(), grid.options());  // [B, *O, D]
   if (out.numel() == 0) return out;
   if (empty_source(input, D) || input.size(1) == 0) return out.zero_();
   Params p = make_params(grid, input, D, order, bound, extrapolate);
