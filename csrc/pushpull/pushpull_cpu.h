@@ -239,14 +239,7 @@ struct CoordRule {
     bool ok = true;
     for (int k = 2; k >= first && k >= 0; --k) {
       T v = row.coord(k - first, l);
-      if (!extrapolate) {
-        ok = ok && (v >= lo && v <= hi[k]);  // false for NaN
-      } else if (!(std::abs(v) <= lim)) {
-        if (std::isfinite(v))
-          v = v > 0 ? lim : -lim;
-        else
-          ok = false;
-      }
+      ok = apply_coord_rule(extrapolate, lo, [&] { return hi[k]; }, lim, v) && ok;
       x[k] = v;
     }
     return ok;

@@ -85,8 +85,6 @@ __device__ __forceinline__ typename AccOf<S>::type ld(const S* p) {
   return to_acc(__ldg(p));
 }
 
-__device__ __forceinline__ float nj_abs(float v) { return fabsf(v); }
-__device__ __forceinline__ double nj_abs(double v) { return fabs(v); }
 
 // --------------------------------------------------------------------------------------------
 // Device-side copy of Params in the offset type I (int32_t when every offset fits).
@@ -584,18 +582,12 @@ __device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(
 // --------------------------------------------------------------------------------------------
 // The coordinates x of the point at grid offset goff (internal dims first..2; 0 elsewhere) with
 // the range rules applied; false: the point contributes nothing.
-// The range / finiteness rules for coordinate v of internal dim k; false: no contribution.
+// The range rules (apply_coord_rule) for coordinate v of internal dim k; false: no contribution.
 template <typename A, typename I>
 __device__ __forceinline__ bool coord_rule(const Geo<I>& G, int k, A& v) {
-  if (!G.extrapolate) {
-    const A hi = static_cast<A>(G.src[k] - 1) + static_cast<A>(kExtrapolateTol);
-    return v >= -static_cast<A>(kExtrapolateTol) && v <= hi;  // false for NaN
-  }
-  if (!(nj_abs(v) <= static_cast<A>(kCoordLimit))) {
-    if (!isfinite(v)) return false;
-    v = v > A(0) ? static_cast<A>(kCoordLimit) : -static_cast<A>(kCoordLimit);
-  }
-  return true;
+  const auto hi = [&] { return static_cast<A>(G.src[k] - 1) + static_cast<A>(kExtrapolateTol); };
+  return apply_coord_rule(G.extrapolate, -static_cast<A>(kExtrapolateTol), hi,
+                          static_cast<A>(kCoordLimit), v);
 }
 
 template <typename S, typename A, typename I>

@@ -19,6 +19,8 @@
 #include "nitorch_jit/common.h"
 #include "nitorch_jit/spline.h"
 
+#include <cmath>
+
 namespace nitorch_jit {
 namespace pushpull {
 
@@ -27,6 +29,45 @@ constexpr double kExtrapolateTol = 0.05;
 // With extrapolate true, finite coordinates beyond +-kCoordLimit are clamped to it so that
 // integer conversion stays defined; no bound gives a meaningful answer that far out anyway.
 constexpr double kCoordLimit = 4.0e15;
+
+// |v| and isfinite(v) in host and device code
+NJ_HD NJ_INLINE float abs_of(float v) {
+#ifdef __CUDA_ARCH__
+  return fabsf(v);
+#else
+  return std::abs(v);
+#endif
+}
+NJ_HD NJ_INLINE double abs_of(double v) {
+#ifdef __CUDA_ARCH__
+  return fabs(v);
+#else
+  return std::abs(v);
+#endif
+}
+template <typename T>
+NJ_HD NJ_INLINE bool is_finite(T v) {
+#ifdef __CUDA_ARCH__
+  return isfinite(v);
+#else
+  return std::isfinite(v);
+#endif
+}
+
+// The range rules of coordinate v on a dim (docs/pushpull-spec.md), with lo = -kExtrapolateTol,
+// hi() = (size - 1) + kExtrapolateTol and lim = kCoordLimit in T: extrapolate false, v must lie
+// in [lo, hi()] (false for NaN); true, a finite v beyond +-lim is clamped to it and a non-finite
+// one fails. False: the point contributes nothing. hi is called only where needed (the CUDA
+// kernels compute it from the size, the CPU loops look it up).
+template <typename T, class Hi>
+NJ_HD NJ_INLINE bool apply_coord_rule(bool extrapolate, T lo, const Hi& hi, T lim, T& v) {
+  if (!extrapolate) return v >= lo && v <= hi();
+  if (!(abs_of(v) <= lim)) {
+    if (!is_finite(v)) return false;
+    v = v > T(0) ? lim : -lim;
+  }
+  return true;
+}
 
 template <typename T>
 struct UnitTaps {
