@@ -308,6 +308,9 @@ def register(module, device_type):
 
 def _probe_cuda(C):
     """A one-point pull on the GPU: monai._C built without CUDA says so only when called."""
+    if not torch.cuda.is_available():  # a CPU build of torch, or no GPU: nothing to probe
+        raise BackendError("MONAI's compiled routines cannot serve CUDA: torch sees no CUDA "
+                           "device here")
     x = torch.zeros(1, 1, 2, device="cuda")
     b, o = to_monai(C, [1], [0])
     try:

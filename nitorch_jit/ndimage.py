@@ -424,7 +424,8 @@ def _pull(x, grid, order, mode, cval, prefilter):
         g = g + npad
     g = g.to(coef.dtype)
     npts = g.shape[0]
-    g = g.reshape((npts,) + (1,) * (dim - 1) + (dim,))
+    # the points as one row along the last point dim: the kernels' vector paths take rows
+    g = g.reshape((1,) * (dim - 1) + (npts, dim))
     from .ops.pushpull import grid_pull
     out = grid_pull(coef, g, interpolation=order, bound=BoundType(_TAPS[mode]), extrapolate=True)
     out = out.reshape((x.shape[0], npts))

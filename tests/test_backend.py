@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -125,16 +126,32 @@ def test_tuning_knobs_reach_every_loaded_library(knobs):
     before, inside and after an override; the library's knob list matches the package's."""
     from nitorch_jit import backend
     from nitorch_jit.ops import tuning
-    paths = [backend.load_module(m, "cpu") for m in ("pushpull", "regsolve")]
+    paths = [backend.load_module(m, "cpu") for m in ("pushpull", "regsolve", "splinc", "resize")]
     for path in paths:
         assert tuning.library_values(path) == {k: int(v) for k, v in tuning.current().items()}
-    with tuning.override(push_buffer_mb=7, avx2=False, cuda_tiles=False):
+    with tuning.override(push_buffer_mb=7, avx2=False, cuda_tiles=False, huge_pages=False):
         for path in paths:
             got = tuning.library_values(path)
-            assert (got["push_buffer_mb"], got["avx2"], got["cuda_tiles"]) == (7, 0, 0)
+            assert (got["push_buffer_mb"], got["avx2"], got["cuda_tiles"], got["huge_pages"]) == (
+                7, 0, 0, 0)
     for path in paths:
         assert tuning.library_values(path) == {k: int(v) for k, v in tuning.current().items()}
     with pytest.raises(ValueError, match="unknown tuning knob"):
         knobs(tiles=False)
     with pytest.raises(TypeError, match="push_buffer_mb"):
         knobs(push_buffer_mb=-1)
+
+
+def test_huge_page_outputs_same_values(knobs):
+    """Large CPU outputs (>= 4 MiB) get huge pages advised before the kernel writes them; the
+    advice changes no value (pull, push and the prefilter, knob on and off)."""
+    import nitorch_jit as nj
+    x = torch.randn(1, 2, 64, 64, 160)
+    grid = nj.affine_grid(torch.eye(3, 4) * 0.9, [64, 64, 160])[None]
+    ref = {}
+    for on in (True, False):
+        knobs(huge_pages=on)
+        ref[on] = (nj.grid_pull(x, grid, 1), nj.grid_push(x, grid, [64, 64, 160], 1),
+                   nj.spline_coeff_nd(x, 3, dim=3))
+    for a, b in zip(ref[True], ref[False]):
+        assert a.nbytes >= 4 << 20 and torch.equal(a, b)

@@ -1,7 +1,7 @@
 """The CPU fast paths of csrc/pushpull/fastpath_cpu.h and the batch-split scatter.
 
-Fast paths (float32, AVX2 + FMA, every dim of one order): grid_pull of orders 1 and 3 in 2-D
-and of order 1 in 3-D, and grid_pull_backward of order 1 in 2-D and 3-D. Each is checked on the
+Fast paths (AVX2 + FMA, every dim of one order): grid_pull of orders 1 and 3 in 2-D and 3-D
+(float32) and of order 3 in 3-D (float64), and grid_pull_backward of order 1 in 2-D and 3-D. Each is checked on the
 cases it takes and on its borders (points whose support leaves the source go back to the
 scalar path, one by one) against two references: the pure-PyTorch twin
 (nitorch_jit/torch_impl/pushpull.py) in float64 on the same float32 data, and the scalar C path
@@ -107,20 +107,25 @@ def test_pull2d(C, TORCH, order, bound, ex):
             twin_close(out, twin, g)
 
 
+@pytest.mark.parametrize("order,dtype", [(1, F32), (3, F32), (3, F64)])
 @pytest.mark.parametrize("bound", BOUNDS)
 @pytest.mark.parametrize("ex", [False, True])
-def test_pull3d(C, TORCH, bound, ex):
-    """3-D order 1, rows of 19 points: two blocks of 8 and a scalar tail."""
+def test_pull3d(C, TORCH, order, dtype, bound, ex):
+    """3-D orders 1 and 3 (float64: order 3), rows of 19 points: two blocks of 8 (float64: four
+    of 4) and a scalar tail."""
     b = BOUNDS.index(bound)
     S, O = (5, 6, 7), (3, 2, 19)
+    tol = 2e-5 if dtype == F32 else 1e-12
     for Cn, B in [(1, 1), (3, 2), (8, 1)]:
-        img = data(B, Cn, *S)
-        grid = coords(B, O, S)
+        img = data(B, Cn, *S).to(dtype)
+        grid = coords(B, O, S).to(dtype)
         for g in (grid, grid.transpose(1, 3).contiguous().transpose(1, 3)):
-            args = ([1] * 3, [b] * 3, ex)
+            args = ([order] * 3, [b] * 3, ex)
             out = C.grid_pull(img, g, *args)
-            assert_close(out, scalar_path(lambda: C.grid_pull(img, g, *args)))
-            twin_close(out, TORCH.grid_pull(img.double(), g.double(), *args), g)
+            assert_close(out, scalar_path(lambda: C.grid_pull(img, g, *args)), tol)
+            keep = finite_points(g)[:, None]
+            ref = TORCH.grid_pull(img.double(), g.double(), *args)
+            assert_close(torch.where(keep, out, 0), torch.where(keep, ref.to(dtype), 0), tol)
 
 
 def test_pull3d_long_rows(C, TORCH):
@@ -128,10 +133,40 @@ def test_pull3d_long_rows(C, TORCH):
     S, O = (6, 5, 40), (2, 1, 300)
     img = data(1, 8, *S)
     grid = coords(1, O, S, margin=1.5)
-    args = ([1] * 3, [2] * 3, False)
+    for order in (1, 3):
+        args = ([order] * 3, [2] * 3, False)
+        out = C.grid_pull(img, grid, *args)
+        assert_close(out, scalar_path(lambda: C.grid_pull(img, grid, *args)))
+        twin_close(out, TORCH.grid_pull(img.double(), grid.double(), *args), grid)
+
+
+def test_pull2d_long_rows(C, TORCH):
+    """2-D order 1, rows of 600 points: more blocks than one chunk of kept weights (32), 3
+    channels, borders at both ends."""
+    S, O = (9, 70), (3, 600)
+    img = data(2, 3, *S)
+    grid = coords(2, O, S, margin=1.5)
+    args = ([1] * 2, [1] * 2, True)
     out = C.grid_pull(img, grid, *args)
     assert_close(out, scalar_path(lambda: C.grid_pull(img, grid, *args)))
     twin_close(out, TORCH.grid_pull(img.double(), grid.double(), *args), grid)
+
+
+@pytest.mark.parametrize("order", [1, 3])
+def test_pull3d_tiled_channels(C, TORCH, order):
+    """Several channels and long source rows: the output is walked in tiles of a few dim-1 rows
+    (each tile through every dim-0 plane); every point is still computed once and right, and
+    affine_pull (same walk) still equals grid_pull on the built grid."""
+    S, O = (5, 6, 3000), (3, 11, 20)
+    img = data(2, 8, *S)
+    grid = coords(2, O, S, margin=1.5)
+    args = ([order] * 3, [2] * 3, False)
+    out = C.grid_pull(img, grid, *args)
+    assert_close(out, scalar_path(lambda: C.grid_pull(img, grid, *args)))
+    twin_close(out, TORCH.grid_pull(img.double(), grid.double(), *args), grid)
+    A = torch.tensor([[0.9, 0.1, 0.0, 1.2], [-0.1, 0.95, 0.05, 0.3], [0.02, 0.0, 140.0, 5.5]])
+    via_grid = nj.grid_pull(img, nj.affine_grid(A, list(O)).expand(2, *O, 3), order, "dct2")
+    assert torch.equal(nj.affine_pull(img, A, list(O), order, "dct2"), via_grid)
 
 
 @pytest.mark.parametrize("order", [1, 3])
@@ -235,9 +270,8 @@ def test_batch_split_scatter_thread_independent(C, op):
 
 @pytest.mark.skipif(not has_avx2(), reason="no AVX2 + FMA on this CPU")
 def test_fast_paths_taken_and_rounding(C):
-    """The order-1 vector paths really run (their FMAs round differently from the scalar path);
-    the 2-D order-3 one rounds exactly as the scalar path (affine_pull, which has no such vector
-    path, must equal grid_pull bit for bit)."""
+    """The vector paths really run: those with FMAs round differently from the scalar path; the
+    2-D order-3 one rounds exactly as the scalar path."""
     S = (64, 64)
     img = data(1, 1, *S)
     grid = coords(1, S, S, margin=0.0).nan_to_num(3.0, 3.0, 3.0).clamp(0, 63)
@@ -248,6 +282,14 @@ def test_fast_paths_taken_and_rounding(C):
         slow[order] = scalar_path(lambda: C.grid_pull(img, grid, *args))
     assert not torch.equal(fast[1], slow[1])
     assert torch.equal(fast[3], slow[3])
+    # 3-D: orders 1 and 3 in float32, 3 in float64, all with FMAs
+    S3 = (12, 12, 12)
+    for order, dtype in [(1, F32), (3, F32), (3, F64)]:
+        img3 = data(1, 1, *S3).to(dtype)
+        grid3 = coords(1, S3, S3, margin=0.0).nan_to_num(3.0, 3.0, 3.0).clamp(0, 11).to(dtype)
+        args3 = ([order] * 3, [0] * 3, True)
+        out3 = C.grid_pull(img3, grid3, *args3)
+        assert not torch.equal(out3, scalar_path(lambda: C.grid_pull(img3, grid3, *args3)))
     args = ([1, 1], [0, 0], True)
     fast = C.grid_pull_backward(img, img, grid, *args)[1]
     slow = scalar_path(lambda: C.grid_pull_backward(img, img, grid, *args))[1]

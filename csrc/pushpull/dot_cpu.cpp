@@ -179,7 +179,7 @@ at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at:
   check_tensor(weight, "weight", grid, D, kHess, kHess ? "[B, C, *O, D]" : "[B, C, *O]");
   check_point_shape(weight, "weight", grid, D);
   check_channels(weight, "weight", input);
-  at::Tensor out = at::empty(grid.sizes(), grid.options());  // [B, *O, D]
+  at::Tensor out = empty_output(grid.sizes(), grid.options());  // [B, *O, D]
   if (out.numel() == 0) return out;
   if (G.empty_source() || G.C == 0) return out.zero_();
   const PointStrides ws = point_strides(weight, D, kHess);

@@ -76,21 +76,7 @@ struct GradOp {
 // Needs every index to fit in int32 (pull1_avx2_usable).
 #define NJ_PULL1_AVX2 1
 
-// Coordinate d of the 8 points l..l+7 of a row: gathered from the grid (lane: the 8 points'
-// offsets), or computed from the matrix as AffineRow::coord does (same operations, same order:
-// no fused multiply-add, so the same bits).
-__attribute__((target("avx2,fma"))) inline __m256 coords8(const GridRow<float>& r, int d,
-                                                          int64_t l, __m256i lane) {
-  return _mm256_i32gather_ps(r.gp + l * r.g2 + d * r.gD, lane, 4);
-}
-__attribute__((target("avx2,fma"))) inline __m256 coords8(const AffineRow<float>& r, int d,
-                                                          int64_t l, __m256i) {
-  const __m256 i = _mm256_add_ps(_mm256_set1_ps(static_cast<float>(r.i2 + l)),
-                                 _mm256_setr_ps(0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f));
-  __m256 ai = _mm256_mul_ps(_mm256_set1_ps(r.a[d]), i);
-  asm("" : "+x"(ai));  // the product stays rounded: no contraction into an FMA (GCC's default)
-  return _mm256_add_ps(_mm256_set1_ps(r.r[d]), ai);
-}
+// coords8 (fastpath_cpu.h): coordinate d of the 8 points l..l+7 of a row, natural order.
 
 template <int DIM>
 struct Pull1Avx2 {
@@ -234,15 +220,14 @@ bool try_pull1_avx2(const Geom& G, const Src& src, const PullOp<T>& op) {
 at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
                          at::IntArrayRef bound, bool extrapolate) {
   const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  at::Tensor out = at::empty(point_shape(grid, G.B, G.C, G.D, false), grid.options());
+  at::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, false), grid.options());
   if (out.numel() == 0) return out;
   if (G.empty_source()) return out.zero_();
   AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_pull", [&] {
     PullOp<scalar_t> op{input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
                         out.data_ptr<scalar_t>(), G.C, G.P};
 #ifdef NJ_FASTPATH_AVX2
-    if constexpr (std::is_same_v<scalar_t, float>)
-      if (try_pull_avx2(G, grid.const_data_ptr<float>(), op)) return;
+    if (try_pull_avx2<scalar_t>(G, grid.const_data_ptr<scalar_t>(), op)) return;
 #endif
     if (try_pull1_avx2(G, grid.const_data_ptr<scalar_t>(), op)) return;
     gather_run<scalar_t, 0, kPullFast>(G, grid.const_data_ptr<scalar_t>(), op);
@@ -253,7 +238,7 @@ at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
 at::Tensor grid_grad_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
                          at::IntArrayRef bound, bool extrapolate) {
   const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  at::Tensor out = at::empty(point_shape(grid, G.B, G.C, G.D, true), grid.options());
+  at::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, true), grid.options());
   if (out.numel() == 0) return out;
   if (G.empty_source()) return out.zero_();
   AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_grad", [&] {
@@ -268,7 +253,7 @@ at::Tensor grid_grad_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
 at::Tensor affine_pull_cpu(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
                            at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
   const int64_t D = check_affine_resample(input, "[B, C, *S]", affine, shape, order, bound);
-  at::Tensor out = at::empty(resampled_size(input, shape), input.options());
+  at::Tensor out = empty_output(resampled_size(input, shape), input.options());
   if (out.numel() == 0) return out;
   const Geom G = make_points_geom(input.size(0), shape, D, input.size(1), input.sizes().slice(2),
                                   input.strides().slice(2), order, bound, extrapolate);
@@ -278,8 +263,7 @@ at::Tensor affine_pull_cpu(const at::Tensor& input, const at::Tensor& affine, at
                         out.data_ptr<scalar_t>(), G.C, G.P};
     const AffineCoords<scalar_t> co = affine_coords<scalar_t>(affine);
 #ifdef NJ_FASTPATH_AVX2
-    if constexpr (std::is_same_v<scalar_t, float>)
-      if (try_pull_avx2(G, co, op)) return;
+    if (try_pull_avx2<scalar_t>(G, co, op)) return;
 #endif
     if (try_pull1_avx2(G, co, op)) return;
     gather_run<scalar_t, 0, kPullFast>(G, co, op);

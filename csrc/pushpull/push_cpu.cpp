@@ -74,7 +74,7 @@ at::Tensor push_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArr
   check_point_shape(input, "input", grid, D);
   check_options(order, bound, D);
   check_shape(shape, D);
-  at::Tensor out = at::zeros(resampled_size(input, shape), grid.options());
+  at::Tensor out = zeros_output(resampled_size(input, shape), grid.options());
   if (out.numel() == 0) return out;
   std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
   const Geom G = make_geom(grid, D, input.size(1), shape, ostride, order, bound, extrapolate);
@@ -113,7 +113,7 @@ at::Tensor grid_pushgrad_cpu(const at::Tensor& input, const at::Tensor& grid,
 at::Tensor affine_push_cpu(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
                            at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
   const int64_t D = check_affine_resample(input, "[B, C, *O]", affine, shape, order, bound);
-  at::Tensor out = at::zeros(resampled_size(input, shape), input.options());
+  at::Tensor out = zeros_output(resampled_size(input, shape), input.options());
   if (out.numel() == 0) return out;
   std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
   const Geom G = make_points_geom(input.size(0), input.sizes().slice(2), D, input.size(1), shape,
@@ -198,9 +198,9 @@ std::tuple<at::Tensor, at::Tensor> grid_pull_backward_cpu(const at::Tensor& grad
   check_point_shape(grad, "grad", grid, D);
   check_channels(grad, "grad", input);
   check_options(order, bound, D);
-  at::Tensor gin = at::zeros(input.sizes(), grid.options());
+  at::Tensor gin = zeros_output(input.sizes(), grid.options());
   std::vector<int64_t> gsize(grid.sizes().begin(), grid.sizes().end());
-  at::Tensor ggrid = at::empty(gsize, grid.options());
+  at::Tensor ggrid = empty_output(gsize, grid.options());
   if (ggrid.numel() == 0) return {gin, ggrid};
   if (gin.numel() == 0) return {gin, ggrid.zero_()};  // no channel or an empty source
   const at::Tensor src = spatially_contiguous(input, D);

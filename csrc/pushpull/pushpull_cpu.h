@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "nitorch_jit/message.h"
+#include "nitorch_jit/host_output.h"
 #include "pushpull_checks.h"
 #include "pushpull_geometry.h"
 #include "nitorch_jit/tuning.h"
@@ -484,8 +485,8 @@ void scatter_run(const Geom& G, const Src& grid, T* out, int64_t out_numel, Make
   }
   const int64_t bytes = (nt - 1) * out_numel * static_cast<int64_t>(sizeof(T));
   if (bytes <= scatter_buffer_budget()) {
-    at::Tensor buf = at::empty({(nt - 1) * out_numel},
-                               at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
+    at::Tensor buf = empty_output({(nt - 1) * out_numel},
+                                  at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
     T* bp = buf.data_ptr<T>();
     const int64_t chunk = (n + nt - 1) / nt;
     at::parallel_for(0, nt, 1, [&](int64_t tb, int64_t te) {

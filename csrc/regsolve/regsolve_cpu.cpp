@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "nitorch_jit/host_output.h"
 #include "nitorch_jit/regsolve.h"
 #include "nitorch_jit/tuning.h"
 #include "regsolve_host.h"
@@ -1229,7 +1230,7 @@ at::Tensor reg_matvec(const at::Tensor& x_, const std::optional<at::Tensor>& hes
                       const std::optional<at::Tensor>& weights, at::ArrayRef<double> taps) {
   const Inputs in = prepare(x_, hessian, weights, taps, "reg_matvec", "x");
   const at::Tensor x = x_.contiguous();
-  at::Tensor out = at::empty(x.sizes(), x.options());
+  at::Tensor out = empty_output(x.sizes(), x.options());
   if (out.numel() == 0) return out;
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "reg_matvec", [&] {
     const Plan<scalar_t> P = make_plan<scalar_t>(in.taps, in.s, in.w.defined());
@@ -1242,7 +1243,7 @@ at::Tensor reg_precond(const at::Tensor& r_, const std::optional<at::Tensor>& he
                        const std::optional<at::Tensor>& weights, at::ArrayRef<double> taps) {
   const Inputs in = prepare(r_, hessian, weights, taps, "reg_precond", "r");
   const at::Tensor r = r_.contiguous();
-  at::Tensor z = at::empty(r.sizes(), r.options());
+  at::Tensor z = empty_output(r.sizes(), r.options());
   if (z.numel() == 0) return z;
   AT_DISPATCH_FLOATING_TYPES(r.scalar_type(), "reg_precond", [&] {
     const Plan<scalar_t> P = make_plan<scalar_t>(in.taps, in.s, in.w.defined(), 1, !in.h.defined());

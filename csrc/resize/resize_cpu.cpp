@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "nitorch_jit/host_output.h"
 #include "nitorch_jit/lines_checks.h"
 #include "nitorch_jit/lines_cpu.h"
 #include "nitorch_jit/resize_tables.h"
@@ -199,7 +200,7 @@ at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<doub
     for (size_t k = 0; k < nsingle; ++k) {
       const Step& st = steps[k];
       sizes[off + st.i] = st.lout;
-      at::Tensor next = at::empty(sizes, input.options());
+      at::Tensor next = empty_output(sizes, input.options());
       if (!empty && next.numel() > 0)
         pass<scalar_t, ADJ>(cur, next, off + st.i, table(st), st.filt ? &st.plan : nullptr);
       cur = next;
@@ -209,7 +210,7 @@ at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<doub
       const Step& b = steps[nsingle + 1];
       sizes[off + a.i] = a.lout;
       sizes[off + b.i] = b.lout;
-      at::Tensor next = at::empty(sizes, input.options());
+      at::Tensor next = empty_output(sizes, input.options());
       if (!empty && next.numel() > 0)
         fused_pass<scalar_t, ADJ>(cur, next, off + a.i, off + b.i, table(a),
                                   a.filt ? &a.plan : nullptr, table(b),
@@ -233,6 +234,8 @@ at::Tensor resize_adj(const at::Tensor& input, at::IntArrayRef shape,
 }
 
 }  // namespace
+
+NJ_DEFINE_SET_TUNING()  // one per library: the knobs (host_output.h reads huge_pages)
 
 TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
   m.impl("resize", &resize_fwd);

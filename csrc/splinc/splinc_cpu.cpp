@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "nitorch_jit/host_output.h"
 #include "nitorch_jit/lines_checks.h"
 #include "nitorch_jit/lines_cpu.h"
 #include "nitorch_jit/splinc.h"
@@ -63,7 +64,7 @@ at::Tensor spline_coeff_nd(const at::Tensor& input, at::IntArrayRef order, at::I
                            at::IntArrayRef dim, bool adjoint) {
   lines::check_splinc_args(input, order, bound, dim, input.device().is_cpu(), "CPU",
                            "spline_coeff_nd");
-  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor out = empty_output(input.sizes(), input.options());
   if (!apply(input, out, order, bound, dim, adjoint)) out.copy_(input);
   return out;
 }
@@ -77,6 +78,8 @@ void spline_coeff_nd_(const at::Tensor& input, at::IntArrayRef order, at::IntArr
 }
 
 }  // namespace
+
+NJ_DEFINE_SET_TUNING()  // one per library: the knobs (host_output.h reads huge_pages)
 
 TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
   m.impl("spline_coeff_nd", &spline_coeff_nd);

@@ -11,6 +11,7 @@ knob                       variable            meaning
 ``cuda_tiles``             NI_JIT_CUDA_TILES   CUDA block-tiled scatter (=0 turns it off)
 ``cuda_index32``           NI_JIT_CUDA_INDEX   CUDA 32-bit offsets where they fit (=64: never)
 ``push_buffer_mb``         NI_JIT_PUSH_BUFFER_MB  CPU push: MiB of per-thread outputs
+``huge_pages``             NI_JIT_HUGE_PAGES   CPU huge pages for outputs >= 4 MiB (=0: off)
 =========================  ==================  ===============================================
 
 Tests and benchmarks switch them with ``override(...)``, which reaches every loaded library.
@@ -21,7 +22,9 @@ import os
 import threading
 
 # The order of csrc/include/nitorch_jit/tuning.h's Knob enum.
-KNOBS = ("avx2", "regsolve_generic", "cuda_tiles", "cuda_index32", "push_buffer_mb")
+KNOBS = (
+    "avx2", "regsolve_generic", "cuda_tiles", "cuda_index32", "push_buffer_mb", "huge_pages",
+)
 
 _LOCK = threading.Lock()
 _SETTERS = {}  # library path -> its nitorch_jit_set_tuning, for every library loaded
@@ -48,6 +51,7 @@ def _from_environment():
         "cuda_tiles": _flag("NI_JIT_CUDA_TILES", True),
         "cuda_index32": not _flag("NI_JIT_CUDA_INDEX", False, on_value="64"),
         "push_buffer_mb": mb,
+        "huge_pages": _flag("NI_JIT_HUGE_PAGES", True),
     }
 
 
