@@ -32,7 +32,7 @@ struct GradDotOp {
     const T* wp = wt + ws.at(pt);
     if (C == 1) {  // the common case, without the channel loop's hoisted addresses
       T g[3];
-      grad_point(t0, t1, t2, ib, g);
+      grad_point(t0, t1, t2, ib, g[0], g[1], g[2]);
       const T w = *wp;
       for (int k = 0; k < 3; ++k) acc[k] = w * g[k];
       return;
@@ -40,7 +40,7 @@ struct GradDotOp {
     acc[0] = acc[1] = acc[2] = T(0);
     for (int64_t c = 0; c < C; ++c) {
       T g[3];
-      grad_point(t0, t1, t2, ib + c * sC, g);
+      grad_point(t0, t1, t2, ib + c * sC, g[0], g[1], g[2]);
       const T w = wp[c * ws.sC];
       acc[0] += w * g[0];
       acc[1] += w * g[1];
@@ -130,8 +130,7 @@ at::Tensor affine_grad_dot_cpu(const at::Tensor& weight, const at::Tensor& input
   const int64_t D = check_affine(affine);
   check_tensor(input, "input", affine, D, false, "[B, C, *S]", "affine");
   check_tensor(weight, "weight", affine, D, false, "[B, C, *O]", "affine");
-  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", num(weight.size(1)),
-              ") must equal input channels (", num(input.size(1)), ")");
+  check_channels(weight, "weight", input);
   check_options(order, bound, D);
   at::Tensor out = at::zeros({affine.size(0), D, D + 1}, affine.options());
   const Geom G = make_points_geom(input.size(0), weight.sizes().slice(2), D, input.size(1),
@@ -175,19 +174,12 @@ at::Tensor affine_grad_dot_cpu(const at::Tensor& weight, const at::Tensor& input
 template <bool kHess>
 at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
                     at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_grid(grid);
-  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
+  const Geom G = gather_geom(input, grid, order, bound, extrapolate);
+  const int64_t D = G.D;
   check_tensor(weight, "weight", grid, D, kHess, kHess ? "[B, C, *O, D]" : "[B, C, *O]");
   check_point_shape(weight, "weight", grid, D);
-  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", num(weight.size(1)),
-              ") must equal input channels (", num(input.size(1)), ")");
-  check_options(order, bound, D);
-  const Geom G = make_geom(grid, D, input.size(1), input.sizes().slice(2), input.strides().slice(2),
-                           order, bound, extrapolate);
-  std::vector<int64_t> osize = {grid.size(0)};
-  for (int64_t d = 0; d < D; ++d) osize.push_back(grid.size(1 + d));
-  osize.push_back(D);
-  at::Tensor out = empty_output(osize, grid.options());
+  check_channels(weight, "weight", input);
+  at::Tensor out = empty_output(grid.sizes(), grid.options());  // [B, *O, D]
   if (out.numel() == 0) return out;
   if (G.empty_source() || G.C == 0) return out.zero_();
   const PointStrides ws = point_strides(weight, D, kHess);

@@ -55,7 +55,7 @@ struct GradOp {
     const int f = 3 - D;
     for (int64_t c = 0; c < C; ++c) {
       T g[3];
-      grad_point(t0, t1, t2, ib + c * sC, g);
+      grad_point(t0, t1, t2, ib + c * sC, g[0], g[1], g[2]);
       T* o = ob + c * P * D;
       for (int d = 0; d < D; ++d) o[d] = g[f + d];
     }
@@ -217,22 +217,10 @@ bool try_pull1_avx2(const Geom& G, const Src& src, const PullOp<T>& op) {
   return false;
 }
 
-std::vector<int64_t> out_shape(const at::Tensor& input, const at::Tensor& grid, int64_t D,
-                               bool with_d) {
-  std::vector<int64_t> s = {input.size(0), input.size(1)};
-  for (int64_t d = 0; d < D; ++d) s.push_back(grid.size(1 + d));
-  if (with_d) s.push_back(D);
-  return s;
-}
-
 at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
                          at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_grid(grid);
-  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
-  check_options(order, bound, D);
-  const Geom G = make_geom(grid, D, input.size(1), input.sizes().slice(2), input.strides().slice(2),
-                           order, bound, extrapolate);
-  at::Tensor out = empty_output(out_shape(input, grid, D, false), grid.options());
+  const Geom G = gather_geom(input, grid, order, bound, extrapolate);
+  at::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, false), grid.options());
   if (out.numel() == 0) return out;
   if (G.empty_source()) return out.zero_();
   AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_pull", [&] {
@@ -249,12 +237,8 @@ at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
 
 at::Tensor grid_grad_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
                          at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_grid(grid);
-  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
-  check_options(order, bound, D);
-  const Geom G = make_geom(grid, D, input.size(1), input.sizes().slice(2), input.strides().slice(2),
-                           order, bound, extrapolate);
-  at::Tensor out = empty_output(out_shape(input, grid, D, true), grid.options());
+  const Geom G = gather_geom(input, grid, order, bound, extrapolate);
+  at::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, true), grid.options());
   if (out.numel() == 0) return out;
   if (G.empty_source()) return out.zero_();
   AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_grad", [&] {
@@ -268,13 +252,8 @@ at::Tensor grid_grad_cpu(const at::Tensor& input, const at::Tensor& grid, at::In
 // affine_pull: the points are the voxels of `shape`, their coordinates affine[b] @ (i, 1).
 at::Tensor affine_pull_cpu(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
                            at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_affine(affine);
-  check_tensor(input, "input", affine, D, false, "[B, C, *S]", "affine");
-  check_options(order, bound, D);
-  check_shape(shape, D);
-  std::vector<int64_t> osize = {input.size(0), input.size(1)};
-  osize.insert(osize.end(), shape.begin(), shape.end());
-  at::Tensor out = empty_output(osize, input.options());
+  const int64_t D = check_affine_resample(input, "[B, C, *S]", affine, shape, order, bound);
+  at::Tensor out = empty_output(resampled_size(input, shape), input.options());
   if (out.numel() == 0) return out;
   const Geom G = make_points_geom(input.size(0), shape, D, input.size(1), input.sizes().slice(2),
                                   input.strides().slice(2), order, bound, extrapolate);

@@ -74,9 +74,7 @@ at::Tensor push_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArr
   check_point_shape(input, "input", grid, D);
   check_options(order, bound, D);
   check_shape(shape, D);
-  std::vector<int64_t> osize = {input.size(0), input.size(1)};
-  for (int64_t d = 0; d < D; ++d) osize.push_back(shape[d]);
-  at::Tensor out = zeros_output(osize, grid.options());
+  at::Tensor out = zeros_output(resampled_size(input, shape), grid.options());
   if (out.numel() == 0) return out;
   std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
   const Geom G = make_geom(grid, D, input.size(1), shape, ostride, order, bound, extrapolate);
@@ -114,13 +112,8 @@ at::Tensor grid_pushgrad_cpu(const at::Tensor& input, const at::Tensor& grid,
 // the pull; they are splatted at affine[b] @ (i, 1) into [B, C, *shape].
 at::Tensor affine_push_cpu(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
                            at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_affine(affine);
-  check_tensor(input, "input", affine, D, false, "[B, C, *O]", "affine");
-  check_options(order, bound, D);
-  check_shape(shape, D);
-  std::vector<int64_t> osize = {input.size(0), input.size(1)};
-  osize.insert(osize.end(), shape.begin(), shape.end());
-  at::Tensor out = zeros_output(osize, input.options());
+  const int64_t D = check_affine_resample(input, "[B, C, *O]", affine, shape, order, bound);
+  at::Tensor out = zeros_output(resampled_size(input, shape), input.options());
   if (out.numel() == 0) return out;
   std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
   const Geom G = make_points_geom(input.size(0), input.sizes().slice(2), D, input.size(1), shape,
@@ -169,7 +162,7 @@ struct PullBackOp {
       // two walks over the same taps: measured faster here than one walk that reads and adds
       // at each tap (128^3, order 3: 84 vs 103 ms, order 1: 23.5 vs 25.7 ms on 2 threads)
       T g[3];
-      grad_point(t0, t1, t2, ib + c * sC, g);
+      grad_point(t0, t1, t2, ib + c * sC, g[0], g[1], g[2]);
       push_point<Add>(t0, t1, t2, ob + c * N, v);
       acc[0] += v * g[0];
       acc[1] += v * g[1];
@@ -203,8 +196,7 @@ std::tuple<at::Tensor, at::Tensor> grid_pull_backward_cpu(const at::Tensor& grad
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(grad, "grad", grid, D, false, "[B, C, *O]");
   check_point_shape(grad, "grad", grid, D);
-  TORCH_CHECK(grad.size(1) == input.size(1), "grad channels (", num(grad.size(1)),
-              ") must equal input channels (", num(input.size(1)), ")");
+  check_channels(grad, "grad", input);
   check_options(order, bound, D);
   at::Tensor gin = zeros_output(input.sizes(), grid.options());
   std::vector<int64_t> gsize(grid.sizes().begin(), grid.sizes().end());

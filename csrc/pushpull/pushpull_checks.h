@@ -1,6 +1,6 @@
-// The argument checks of the pushpull ops (docs/pushpull-spec.md), one copy for the CPU library
-// (pushpull_cpu.h) and the CUDA host code (pushpull_cuda_host.cuh), so that both raise the same
-// messages. A Dev describes the library's device:
+// The argument checks and output sizes of the pushpull ops (docs/pushpull-spec.md), one copy for
+// the CPU library (pushpull_cpu.h) and the CUDA host code (pushpull_cuda_host.cuh), so that both
+// raise the same messages. A Dev describes the library's device:
 //   kDevice            name for messages ("CPU", "CUDA")
 //   on_device(t)       is t on that device
 //   kHalf              float16 / bfloat16 data (with a float32 grid) accepted
@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "nitorch_jit/bounds.h"
 #include "nitorch_jit/message.h"
@@ -105,6 +106,12 @@ inline void check_point_shape(const at::Tensor& t, const char* name, const at::T
                 shape_str(grid.sizes().slice(1, D)));
 }
 
+// t (weight, grad) has as many channels as input.
+inline void check_channels(const at::Tensor& t, const char* name, const at::Tensor& input) {
+  TORCH_CHECK(t.size(1) == input.size(1), name, " channels (", num(t.size(1)),
+              ") must equal input channels (", num(input.size(1)), ")");
+}
+
 inline void check_options(at::IntArrayRef order, at::IntArrayRef bound, int64_t D) {
   TORCH_CHECK(static_cast<int64_t>(order.size()) == D, "order must have D = ", num(D),
               " entries (one per spatial dim), got ", num(order.size()));
@@ -124,6 +131,34 @@ inline void check_shape(at::IntArrayRef shape, int64_t D) {
               " entries (the output spatial size), got ", num(shape.size()));
   for (int64_t d = 0; d < D; ++d)
     TORCH_CHECK(shape[d] >= 0, "shape[", num(d), "] must be >= 0, got ", num(shape[d]));
+}
+
+// The checks of affine_pull / affine_push (input `layout`, output spatial `shape`); returns D.
+template <class Dev>
+int64_t check_affine_resample(const at::Tensor& input, const char* layout,
+                              const at::Tensor& affine, at::IntArrayRef shape,
+                              at::IntArrayRef order, at::IntArrayRef bound) {
+  const int64_t D = check_affine<Dev>(affine);
+  check_tensor(input, "input", affine, D, false, layout, "affine");
+  check_options(order, bound, D);
+  check_shape(shape, D);
+  return D;
+}
+
+// [B, C, *O(, D)]: the output size of pull and grad (with_d) at the points of grid [B, *O, D].
+inline std::vector<int64_t> point_shape(const at::Tensor& grid, int64_t B, int64_t C, int64_t D,
+                                        bool with_d) {
+  std::vector<int64_t> s = {B, C};
+  for (int64_t d = 0; d < D; ++d) s.push_back(grid.size(1 + d));
+  if (with_d) s.push_back(D);
+  return s;
+}
+
+// [B, C, *shape]: the output size of the scatters (push, pushgrad) and of affine_pull.
+inline std::vector<int64_t> resampled_size(const at::Tensor& input, at::IntArrayRef shape) {
+  std::vector<int64_t> s = {input.size(0), input.size(1)};
+  s.insert(s.end(), shape.begin(), shape.end());
+  return s;
 }
 
 }  // namespace checks

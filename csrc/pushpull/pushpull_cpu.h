@@ -20,6 +20,7 @@
 #include "nitorch_jit/message.h"
 #include "nitorch_jit/host_output.h"
 #include "pushpull_checks.h"
+#include "pushpull_geometry.h"
 #include "nitorch_jit/tuning.h"
 #include "pushpull_point.h"
 
@@ -56,27 +57,8 @@ struct AtomicAdd {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Geometry, padded to 3 internal dims: internal dim k = 3 - D + d for spatial dim d.
-struct Geom {
-  int D = 0;
-  int64_t B = 0, C = 0;
-  int64_t src[3] = {1, 1, 1};  // source (sampled / scattered-into) spatial size
-  int64_t sst[3] = {0, 0, 0};  // source spatial strides (of the tensor the taps index)
-  int64_t pts[3] = {1, 1, 1};  // grid spatial size
-  int64_t P = 1;               // prod(pts)
-  int order[3] = {0, 0, 0};
-  int bound[3] = {0, 0, 0};
-  bool extrapolate = false;
-  int64_t gB = 0, g[3] = {0, 0, 0}, gD = 0;  // grid strides
-
-  int first() const { return 3 - D; }
-  int64_t taps() const {
-    int64_t t = 1;
-    for (int k = first(); k < 3; ++k) t *= order[k] + 1;
-    return t;
-  }
-  bool empty_source() const { return src[0] == 0 || src[1] == 0 || src[2] == 0; }
-};
+// Geometry (pushpull_geometry.h, shared with the CUDA host code).
+using Geom = Geometry;
 
 // One output point: batch, linear index within the batch, spatial multi-index.
 struct Point {
@@ -109,10 +91,18 @@ inline int64_t check_grid(const at::Tensor& grid) { return checks::check_grid<Cp
 inline int64_t check_affine(const at::Tensor& affine) {
   return checks::check_affine<CpuDev>(affine);
 }
+inline int64_t check_affine_resample(const at::Tensor& input, const char* layout,
+                                     const at::Tensor& affine, at::IntArrayRef shape,
+                                     at::IntArrayRef order, at::IntArrayRef bound) {
+  return checks::check_affine_resample<CpuDev>(input, layout, affine, shape, order, bound);
+}
+using checks::check_channels;
 using checks::check_options;
 using checks::check_point_shape;
 using checks::check_shape;
 using checks::check_tensor;
+using checks::point_shape;
+using checks::resampled_size;
 
 // Geometry of B batches of points of spatial shape `pts`, options, and the source tensor's
 // sizes/strides (spatial dims only). No grid strides: see make_geom.
@@ -120,20 +110,9 @@ inline Geom make_points_geom(int64_t B, at::IntArrayRef pts, int64_t D, int64_t 
                              at::IntArrayRef src_size, at::IntArrayRef src_stride,
                              at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
   Geom G;
-  G.D = static_cast<int>(D);
-  G.B = B;
+  set_points(G, B, pts, D, order, bound, extrapolate);
   G.C = C;
-  G.extrapolate = extrapolate;
-  const int f = G.first();
-  for (int64_t d = 0; d < D; ++d) {
-    const int k = f + static_cast<int>(d);
-    G.src[k] = src_size[d];
-    G.sst[k] = src_stride[d];
-    G.pts[k] = pts[d];
-    G.order[k] = static_cast<int>(order[d]);
-    G.bound[k] = static_cast<int>(bound[d]);
-  }
-  G.P = G.pts[0] * G.pts[1] * G.pts[2];
+  set_source(G, src_size, src_stride);
   return G;
 }
 
@@ -143,10 +122,18 @@ inline Geom make_geom(const at::Tensor& grid, int64_t D, int64_t C, at::IntArray
                       bool extrapolate) {
   Geom G = make_points_geom(grid.size(0), grid.sizes().slice(1, D), D, C, src_size, src_stride,
                             order, bound, extrapolate);
-  G.gB = grid.stride(0);
-  G.gD = grid.stride(-1);
-  for (int64_t d = 0; d < D; ++d) G.g[G.first() + d] = grid.stride(1 + d);
+  set_grid_strides(G, grid.strides());
   return G;
+}
+
+// The checks and geometry of a gather from input [B, C, *S] at the points of `grid`.
+inline Geom gather_geom(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
+                        at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_grid(grid);
+  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
+  check_options(order, bound, D);
+  return make_geom(grid, D, input.size(1), input.sizes().slice(2), input.strides().slice(2),
+                   order, bound, extrapolate);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -253,14 +240,7 @@ struct CoordRule {
     bool ok = true;
     for (int k = 2; k >= first && k >= 0; --k) {
       T v = row.coord(k - first, l);
-      if (!extrapolate) {
-        ok = ok && (v >= lo && v <= hi[k]);  // false for NaN
-      } else if (!(std::abs(v) <= lim)) {
-        if (std::isfinite(v))
-          v = v > 0 ? lim : -lim;
-        else
-          ok = false;
-      }
+      ok = apply_coord_rule(extrapolate, lo, [&] { return hi[k]; }, lim, v) && ok;
       x[k] = v;
     }
     return ok;

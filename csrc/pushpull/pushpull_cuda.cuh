@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "pushpull_geometry.h"
+
 namespace nitorch_jit {
 namespace pushpull {
 namespace cuda {
@@ -28,25 +30,15 @@ enum OpKind : int {
 };
 enum Dtype : int { kHalf = 0, kBFloat16 = 1, kFloat = 2, kDouble = 3 };
 
-// Everything a kernel needs, sizes and strides in elements. Spatial dims are padded in front to
-// 3 internal dims: internal dim k = 3 - D + d holds spatial dim d; padded dims have size 1 and
-// stride 0.
-struct Params {
-  int D = 0;
-  int order[3] = {0, 0, 0};
-  int bound[3] = {0, 0, 0};
-  bool extrapolate = false;
-  int64_t B = 0, C = 0;
+// Everything a kernel needs, sizes and strides in elements: the geometry (pushpull_geometry.h,
+// shared with the CPU kernels), the pointers and the per-point tensor's strides.
+struct Params : Geometry {
   // source: the image the taps index (input of gathers; the output buffer of scatters)
   const void* src_ptr = nullptr;
-  int64_t src[3] = {1, 1, 1};  // spatial size
-  int64_t sst[3] = {0, 0, 0};  // spatial strides
-  int64_t sB = 0, sC = 0;      // batch / channel strides (gathers)
+  int64_t sB = 0, sC = 0;  // batch / channel strides (gathers)
   // grid [B, *O, D]
   const void* grid = nullptr;
   bool grid_f32 = false;  // half/bfloat16 data with a float32 grid
-  int64_t pts[3] = {1, 1, 1}, P = 1;
-  int64_t gB = 0, g[3] = {0, 0, 0}, gD = 0;
   // per-point tensor [B, C, *O(, D)]: the values pushed (push, pushgrad), the weight (dots)
   const void* pin = nullptr;
   int64_t pB = 0, pC = 0, ps[3] = {0, 0, 0}, pD = 0;

@@ -38,10 +38,13 @@ namespace cuda {
 
 using checks::check_affine;  // check_grid<Policy> / check_affine<Policy>: the Policy is the Dev
 using checks::check_grid;
+using checks::check_channels;
 using checks::check_options;
 using checks::check_point_shape;
 using checks::check_shape;
 using checks::is_half;
+using checks::point_shape;
+using checks::resampled_size;
 using msg::dev;
 using msg::dt;
 using msg::num;
@@ -92,26 +95,14 @@ inline bool flat_stride(const int64_t* st, const int64_t* pts, int64_t& flat) {
   return true;
 }
 
-// Grid, options and batch; internal dim k = 3 - D + d holds spatial dim d.
+// Grid, options and batch (pushpull_geometry.h).
 inline Params make_params(const at::Tensor& grid, const at::Tensor& data, int64_t D,
-                   at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+                          at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
   Params p;
-  p.D = static_cast<int>(D);
-  p.extrapolate = extrapolate;
-  p.B = grid.size(0);
+  set_points(p, grid.size(0), grid.sizes().slice(1, D), D, order, bound, extrapolate);
+  set_grid_strides(p, grid.strides());
   p.grid = grid.const_data_ptr();
   p.grid_f32 = is_half(data.scalar_type()) && grid.scalar_type() == at::kFloat;
-  p.gB = grid.stride(0);
-  p.gD = grid.stride(-1);
-  const int f = 3 - p.D;
-  for (int64_t d = 0; d < D; ++d) {
-    const int k = f + static_cast<int>(d);
-    p.order[k] = static_cast<int>(order[d]);
-    p.bound[k] = static_cast<int>(bound[d]);
-    p.pts[k] = grid.size(1 + d);
-    p.g[k] = grid.stride(1 + d);
-  }
-  p.P = p.pts[0] * p.pts[1] * p.pts[2];
   return p;
 }
 
@@ -121,22 +112,18 @@ inline void set_gather_source(Params& p, const at::Tensor& input) {
   p.src_ptr = input.const_data_ptr();
   p.sB = input.stride(0);
   p.sC = input.stride(1);
-  const int f = 3 - p.D;
-  for (int d = 0; d < p.D; ++d) {
-    p.src[f + d] = input.size(2 + d);
-    p.sst[f + d] = input.stride(2 + d);
-  }
+  set_source(p, input.sizes().slice(2), input.strides().slice(2));
 }
 
 // The image the taps index, for scatters: a contiguous [B, C, *shape] buffer.
 inline void set_scatter_source(Params& p, at::IntArrayRef shape) {
-  const int f = 3 - p.D;
+  int64_t stride[3];
   int64_t s = 1;
   for (int d = p.D - 1; d >= 0; --d) {
-    p.src[f + d] = shape[d];
-    p.sst[f + d] = s;
+    stride[d] = s;
     s *= shape[d];
   }
+  set_source(p, shape, stride);
 }
 
 // The per-point tensor [B, C, *O(, D)] (pushed values, dot weights).
@@ -179,14 +166,6 @@ void run(Params& p, const at::Tensor& data, bool i32) {
   Policy::template run_kernel<OP>(p, dtype_of(data), i32 && allow_i32());
 }
 
-inline std::vector<int64_t> point_shape(const at::Tensor& grid, int64_t B, int64_t C, int64_t D,
-                                 bool with_d) {
-  std::vector<int64_t> s = {B, C};
-  for (int64_t d = 0; d < D; ++d) s.push_back(grid.size(1 + d));
-  if (with_d) s.push_back(D);
-  return s;
-}
-
 inline bool empty_source(const at::Tensor& input, int64_t D) {
   for (int64_t d = 0; d < D; ++d)
     if (input.size(2 + d) == 0) return true;
@@ -224,11 +203,10 @@ at::Tensor scatter_impl(const at::Tensor& input, const at::Tensor& grid, at::Int
   check_options(order, bound, D);
   check_shape(shape, D);
   const typename Policy::Guard guard(grid.device());
-  std::vector<int64_t> osize = {input.size(0), input.size(1)};
-  for (int64_t d = 0; d < D; ++d) osize.push_back(shape[d]);
   // half data: atomics add into a float32 buffer, cast at the end
   const bool half = is_half(input.scalar_type());
-  at::Tensor buf = at::zeros(osize, input.options().dtype(half ? at::kFloat : input.scalar_type()));
+  at::Tensor buf = at::zeros(resampled_size(input, shape),
+                             input.options().dtype(half ? at::kFloat : input.scalar_type()));
   if (buf.numel() > 0) {
     Params p = make_params(grid, input, D, order, bound, extrapolate);
     set_scatter_source(p, shape);
@@ -248,17 +226,13 @@ at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at:
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(weight, "weight", grid, D, kIsHess, kIsHess ? "[B, C, *O, D]" : "[B, C, *O]");
   check_point_shape(weight, "weight", grid, D);
-  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", num(weight.size(1)),
-              ") must equal input channels (", num(input.size(1)), ")");
+  check_channels(weight, "weight", input);
   TORCH_CHECK(weight.scalar_type() == input.scalar_type(), "weight dtype (",
               dt(weight.scalar_type()), ") must equal input dtype (", dt(input.scalar_type()),
               ")");
   check_options(order, bound, D);
   const typename Policy::Guard guard(grid.device());
-  std::vector<int64_t> osize = {grid.size(0)};
-  for (int64_t d = 0; d < D; ++d) osize.push_back(grid.size(1 + d));
-  osize.push_back(D);
-  at::Tensor out = at::empty(osize, grid.options());
+  at::Tensor out = at::empty(grid.sizes(), grid.options());  // [B, *O, D]
   if (out.numel() == 0) return out;
   if (empty_source(input, D) || input.size(1) == 0) return out.zero_();
   Params p = make_params(grid, input, D, order, bound, extrapolate);
@@ -279,8 +253,7 @@ std::tuple<at::Tensor, at::Tensor> pullback_impl(const at::Tensor& grad, const a
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(grad, "grad", grid, D, false, "[B, C, *O]");
   check_point_shape(grad, "grad", grid, D);
-  TORCH_CHECK(grad.size(1) == input.size(1), "grad channels (", num(grad.size(1)),
-              ") must equal input channels (", num(input.size(1)), ")");
+  check_channels(grad, "grad", input);
   TORCH_CHECK(grad.scalar_type() == input.scalar_type(), "grad dtype (", dt(grad.scalar_type()),
               ") must equal input dtype (", dt(input.scalar_type()), ")");
   check_options(order, bound, D);
@@ -320,19 +293,9 @@ inline void check_affine_tensor(const at::Tensor& t, const char* name, const at:
 inline Params make_affine_params(const at::Tensor& mat, at::IntArrayRef pts, int64_t D,
                                  at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
   Params p;
-  p.D = static_cast<int>(D);
-  p.extrapolate = extrapolate;
-  p.B = mat.size(0);
+  set_points(p, mat.size(0), pts, D, order, bound, extrapolate);
   p.mat = mat.const_data_ptr();
   p.mB = mat.stride(0);
-  const int f = 3 - p.D;
-  for (int64_t d = 0; d < D; ++d) {
-    const int k = f + static_cast<int>(d);
-    p.order[k] = static_cast<int>(order[d]);
-    p.bound[k] = static_cast<int>(bound[d]);
-    p.pts[k] = pts[d];
-  }
-  p.P = p.pts[0] * p.pts[1] * p.pts[2];
   return p;
 }
 
@@ -340,14 +303,10 @@ template <class Policy>
 at::Tensor affine_pull_impl(const at::Tensor& input, const at::Tensor& affine,
                             at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
                             bool extrapolate) {
-  const int64_t D = check_affine<Policy>(affine);
-  check_affine_tensor(input, "input", affine, D, "[B, C, *S]");
-  check_options(order, bound, D);
-  check_shape(shape, D);
+  const int64_t D =
+      checks::check_affine_resample<Policy>(input, "[B, C, *S]", affine, shape, order, bound);
   const typename Policy::Guard guard(affine.device());
-  std::vector<int64_t> osize = {input.size(0), input.size(1)};
-  osize.insert(osize.end(), shape.begin(), shape.end());
-  at::Tensor out = at::empty(osize, input.options());
+  at::Tensor out = at::empty(resampled_size(input, shape), input.options());
   if (out.numel() == 0) return out;
   if (empty_source(input, D)) return out.zero_();
   const at::Tensor mat = affine.contiguous();
@@ -362,14 +321,10 @@ template <class Policy>
 at::Tensor affine_push_impl(const at::Tensor& input, const at::Tensor& affine,
                             at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
                             bool extrapolate) {
-  const int64_t D = check_affine<Policy>(affine);
-  check_affine_tensor(input, "input", affine, D, "[B, C, *O]");
-  check_options(order, bound, D);
-  check_shape(shape, D);
+  const int64_t D =
+      checks::check_affine_resample<Policy>(input, "[B, C, *O]", affine, shape, order, bound);
   const typename Policy::Guard guard(affine.device());
-  std::vector<int64_t> osize = {input.size(0), input.size(1)};
-  osize.insert(osize.end(), shape.begin(), shape.end());
-  at::Tensor out = at::zeros(osize, input.options());
+  at::Tensor out = at::zeros(resampled_size(input, shape), input.options());
   if (out.numel() == 0 || input.numel() == 0) return out;
   const at::Tensor mat = affine.contiguous();
   Params p = make_affine_params(mat, input.sizes().slice(2), D, order, bound, extrapolate);
@@ -387,8 +342,7 @@ at::Tensor affine_dot_impl(const at::Tensor& weight, const at::Tensor& input,
   const int64_t D = check_affine<Policy>(affine);
   check_affine_tensor(input, "input", affine, D, "[B, C, *S]");
   check_affine_tensor(weight, "weight", affine, D, "[B, C, *O]");
-  TORCH_CHECK(weight.size(1) == input.size(1), "weight channels (", num(weight.size(1)),
-              ") must equal input channels (", num(input.size(1)), ")");
+  check_channels(weight, "weight", input);
   check_options(order, bound, D);
   const typename Policy::Guard guard(affine.device());
   at::Tensor out = at::zeros({affine.size(0), D, D + 1}, input.options());

@@ -1,8 +1,9 @@
 // CUDA pushpull kernels (docs/pushpull-spec.md): one thread per grid point, looping over channels.
 //
 // Included by the kernel files only (one per op); each instantiates launch<OP> for the four
-// dtypes. The spline weights (spline.h) and index folding (bounds.h) are the ones the CPU
-// kernels use; the range constants come from pushpull_point.h.
+// dtypes. The per-point math is the CPU kernels': spline weights (spline.h), index folding
+// (bounds.h), range constants, folded tap lists and the contractions (pushpull_point.h, with the
+// device's memory access: DeviceLoad, DeviceAtomicAdd). This file holds the iteration.
 //
 // Per point, three paths:
 // * fast (every dim has the same order O, one of the op's fast-path orders: 0, 1, 3 for pull
@@ -11,7 +12,7 @@
 //   allow it; interior points skip the folding, border points fold each tap and flag the ones
 //   that read zero (no divergent slow path, no local memory);
 // * generic (mixed orders, orders 4..7, or orders without a fast path for the op):
-//   folded_taps_rt with runtime tap counts (small per-thread arrays in local memory).
+//   make_taps_unrolled_rt with runtime tap counts (small per-thread arrays in local memory).
 // Push and pull_backward on a grid with one point per source voxel also have a block-tiled
 // variant that accumulates in shared memory (pushpull_tiles.cuh).
 // Half types are loaded/stored as half and computed in float32; scatters add into a float32
@@ -27,7 +28,7 @@
 #include "pushpull_cuda.cuh"
 #include "nitorch_jit/bounds.h"
 #include "nitorch_jit/spline.h"
-#include "pushpull_point.h"  // kExtrapolateTol, kCoordLimit
+#include "pushpull_point.h"
 
 namespace nitorch_jit {
 namespace pushpull {
@@ -84,8 +85,6 @@ __device__ __forceinline__ typename AccOf<S>::type ld(const S* p) {
   return to_acc(__ldg(p));
 }
 
-__device__ __forceinline__ float nj_abs(float v) { return fabsf(v); }
-__device__ __forceinline__ double nj_abs(double v) { return fabs(v); }
 
 // --------------------------------------------------------------------------------------------
 // Device-side copy of Params in the offset type I (int32_t when every offset fits).
@@ -190,23 +189,28 @@ __device__ __forceinline__ void store_point_vector(const Geo<I>& G, void* dst, I
 // and is never read or written (a NaN at the placeholder address cannot leak in).
 template <typename A, typename I, int O, int DER>
 struct FTaps {
-  static constexpr int n = O + 1;
   unsigned valid;  // bit k: tap k reads / writes memory
-  I off[O + 1];
-  A w[O + 1];
-  A dw[DER >= 1 ? O + 1 : 1];
-  A ddw[DER >= 2 ? O + 1 : 1];
+  I off_[O + 1];
+  A w_[O + 1];
+  A dw_[DER >= 1 ? O + 1 : 1];
+  A ddw_[DER >= 2 ? O + 1 : 1];
+  static constexpr bool kFixed = true;
+  __device__ __forceinline__ static constexpr int count() { return O + 1; }
   __device__ __forceinline__ bool ok(int k) const { return (valid >> k) & 1u; }
+  __device__ __forceinline__ I off(int k) const { return off_[k]; }
+  __device__ __forceinline__ A w(int k) const { return w_[k]; }
+  __device__ __forceinline__ A dw(int k) const { return dw_[k]; }
+  __device__ __forceinline__ A ddw(int k) const { return ddw_[k]; }
 };
 
 // the single constant tap of a padded dim
 template <typename A, typename I, int DER>
 __device__ __forceinline__ void set_constant(FTaps<A, I, 0, DER>& t) {
   t.valid = 1u;
-  t.off[0] = I(0);
-  t.w[0] = A(1);
-  t.dw[0] = A(0);
-  t.ddw[0] = A(0);
+  t.off_[0] = I(0);
+  t.w_[0] = A(1);
+  t.dw_[0] = A(0);
+  t.ddw_[0] = A(0);
 }
 
 __device__ __forceinline__ float nj_floor(float v) { return floorf(v); }
@@ -220,14 +224,14 @@ __device__ __forceinline__ void fixed_taps(A x, I n, int bound, I stride,
   const A xs = (O & 1) ? x - A((O - 1) / 2) : x - A(O - 1) * A(0.5);
   const A fl = nj_floor(xs);
   const A u = xs - fl;
-  SplineTaps<O, 0>::eval(u, t.w);
-  if constexpr (DER >= 1) SplineTaps<O, 1>::eval(u, t.dw);
-  if constexpr (DER >= 2) SplineTaps<O, 2>::eval(u, t.ddw);
+  SplineTaps<O, 0>::eval(u, t.w_);
+  if constexpr (DER >= 1) SplineTaps<O, 1>::eval(u, t.dw_);
+  if constexpr (DER >= 2) SplineTaps<O, 2>::eval(u, t.ddw_);
   if (fl >= A(0) && fl < static_cast<A>(n - O)) {  // interior: no folding
     const I i0 = static_cast<I>(fl);
     if (i0 + O < n) {  // (float rounding of n - O)
 #pragma unroll
-      for (int k = 0; k <= O; ++k) t.off[k] = (i0 + k) * stride;
+      for (int k = 0; k <= O; ++k) t.off_[k] = (i0 + k) * stride;
       t.valid = (1u << (O + 1)) - 1u;
       return;
     }
@@ -238,288 +242,77 @@ __device__ __forceinline__ void fixed_taps(A x, I n, int bound, I stride,
   for (int k = 0; k <= O; ++k) {
     int s;
     const int64_t j = fold_index(i0 + k, static_cast<int64_t>(n), bound, s);
-    t.off[k] = static_cast<I>(j) * stride;
+    t.off_[k] = static_cast<I>(j) * stride;
     if (s == 0) {
-      t.w[k] = A(0);
-      if constexpr (DER >= 1) t.dw[k] = A(0);
-      if constexpr (DER >= 2) t.ddw[k] = A(0);
+      t.w_[k] = A(0);
+      if constexpr (DER >= 1) t.dw_[k] = A(0);
+      if constexpr (DER >= 2) t.ddw_[k] = A(0);
     } else {
       t.valid |= 1u << k;
       if (s < 0) {
-        t.w[k] = -t.w[k];
-        if constexpr (DER >= 1) t.dw[k] = -t.dw[k];
-        if constexpr (DER >= 2) t.ddw[k] = -t.ddw[k];
+        t.w_[k] = -t.w_[k];
+        if constexpr (DER >= 1) t.dw_[k] = -t.dw_[k];
+        if constexpr (DER >= 2) t.ddw_[k] = -t.ddw_[k];
       }
     }
   }
 }
 
-// Folded tap list of one dim (border points, generic path): taps whose bound sign is 0 are
-// dropped, so they never touch memory (a NaN at a placeholder address cannot leak in); the
-// count n is a runtime value (0 when every tap reads zero). Runtime-indexed, so local memory.
-template <typename A, int MAXT, int DER>
-struct RTaps {
-  int n;
-  int64_t off[MAXT];
-  A w[MAXT];
-  A dw[DER >= 1 ? MAXT : 1];
-  A ddw[DER >= 2 ? MAXT : 1];
-  __device__ __forceinline__ static constexpr bool ok(int) { return true; }  // dropped instead
-  __device__ __forceinline__ void set_constant() {
-    n = 1;
-    off[0] = 0;
-    w[0] = A(1);
-    dw[0] = A(0);
-    ddw[0] = A(0);
+// Memory access of the shared contractions (pushpull_point.h): read-only loads converted to the
+// computation type, and atomic adds (points of different threads share output voxels).
+struct DeviceLoad {
+  template <typename S>
+  __device__ __forceinline__ static typename AccOf<S>::type load(const S* p) {
+    return ld(p);
   }
 };
 
-template <int O, int DER, typename A, int MAXT>
-__device__ __forceinline__ void folded_taps(A x, int64_t n, int bound, int64_t stride,
-                                            RTaps<A, MAXT, DER>& t) {
-  static_assert(MAXT >= O + 1, "tap list too short");
-  A u;
-  const int64_t i0 = spline_start<O>(x, u);
-  A w[O + 1], dw[O + 1], ddw[O + 1];
-  SplineTaps<O, 0>::eval(u, w);
-  if constexpr (DER >= 1) SplineTaps<O, 1>::eval(u, dw);
-  if constexpr (DER >= 2) SplineTaps<O, 2>::eval(u, ddw);
-  int m = 0;
-#pragma unroll
-  for (int k = 0; k <= O; ++k) {
-    int s;
-    const int64_t j = fold_index(i0 + k, n, bound, s);
-    if (s == 0) continue;
-    t.off[m] = j * stride;
-    t.w[m] = s > 0 ? w[k] : -w[k];
-    if constexpr (DER >= 1) t.dw[m] = s > 0 ? dw[k] : -dw[k];
-    if constexpr (DER >= 2) t.ddw[m] = s > 0 ? ddw[k] : -ddw[k];
-    ++m;
+struct DeviceAtomicAdd {
+  template <typename A>
+  __device__ __forceinline__ static void add(A* p, A v) {
+    atomicAdd(p, v);
   }
-  t.n = m;
-}
-
-template <int DER, typename A, int MAXT>
-__device__ void folded_taps_rt(int order, A x, int64_t n, int bound, int64_t stride,
-                               RTaps<A, MAXT, DER>& t) {
-  switch (order) {
-    case 0: folded_taps<0>(x, n, bound, stride, t); break;
-    case 1: folded_taps<1>(x, n, bound, stride, t); break;
-    case 2: folded_taps<2>(x, n, bound, stride, t); break;
-    case 3: folded_taps<3>(x, n, bound, stride, t); break;
-    case 4: folded_taps<4>(x, n, bound, stride, t); break;
-    case 5: folded_taps<5>(x, n, bound, stride, t); break;
-    case 6: folded_taps<6>(x, n, bound, stride, t); break;
-    default: folded_taps<7>(x, n, bound, stride, t); break;
-  }
-}
-
-__host__ __device__ constexpr int tap_count(int N, int n) { return N > 0 ? N : n; }
-
-// acc = (first ? x : acc + x): accumulators start from the first term (with unrolled loops
-// `first` is a constant; `acc = 0; acc += x` would cost an add kept for signed zeros).
-template <typename A>
-__device__ __forceinline__ void accum(bool first, A& acc, A x) {
-  acc = first ? x : acc + x;
-}
+};
 
 // --------------------------------------------------------------------------------------------
-// Contractions over the tensor product of three tap lists. N0, N1, N2: static tap counts
-// (0 = the list's runtime count). The nesting matches pushpull_point.h.
-
-// for (i = 0; i < count; ++i) f(i): unrolled for a static count N, rolled for a runtime one
-// (border points and the generic path: keeps their register use low).
-template <int N, class F>
-__device__ __forceinline__ void for_taps(int n, F&& f) {
-  if constexpr (N > 0) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) f(i);
-  } else {
-#pragma unroll 1
-    for (int i = 0; i < n; ++i) f(i);
-  }
-}
-
-// sum_t W_t s_t in[j_t]
-template <int N0, int N1, int N2, typename A, typename S, class T0, class T1, class T2>
-__device__ __forceinline__ A c_pull(const T0& t0, const T1& t1, const T2& t2, const S* in) {
-  A acc;
-  for_taps<N0>(t0.n, [&](int a) {
-    A acc1;
-    for_taps<N1>(t1.n, [&](int b) {
-      const S* p = in + (t0.off[a] + t1.off[b]);
-      const bool vab = t0.ok(a) && t1.ok(b);
-      A acc2;
-      for_taps<N2>(t2.n, [&](int c) {
-        const A v = vab && t2.ok(c) ? ld(p + t2.off[c]) : A(0);
-        accum(c == 0, acc2, t2.w[c] * v);
-      });
-      accum(b == 0, acc1, t1.w[b] * acc2);
-    });
-    accum(a == 0, acc, t0.w[a] * acc1);
-  });
-  return acc;
-}
-
-// g[k] = sum_t G_{t,k} s_t in[j_t]
-template <int N0, int N1, int N2, typename A, typename S, class T0, class T1, class T2>
-__device__ __forceinline__ void c_grad(const T0& t0, const T1& t1, const T2& t2, const S* in,
-                                       A& g0, A& g1, A& g2) {
-  for_taps<N0>(t0.n, [&](int a) {
-    A m, m1, m2;  // sums over b, c of: w1 w2 v, dw1 w2 v, w1 dw2 v
-    for_taps<N1>(t1.n, [&](int b) {
-      const S* p = in + (t0.off[a] + t1.off[b]);
-      const bool vab = t0.ok(a) && t1.ok(b);
-      A i, i2;  // sums over c of: w2 v, dw2 v
-      for_taps<N2>(t2.n, [&](int c) {
-        const A v = vab && t2.ok(c) ? ld(p + t2.off[c]) : A(0);
-        accum(c == 0, i, t2.w[c] * v);
-        accum(c == 0, i2, t2.dw[c] * v);
-      });
-      accum(b == 0, m, t1.w[b] * i);
-      accum(b == 0, m1, t1.dw[b] * i);
-      accum(b == 0, m2, t1.w[b] * i2);
-    });
-    accum(a == 0, g0, t0.dw[a] * m);
-    accum(a == 0, g1, t0.w[a] * m1);
-    accum(a == 0, g2, t0.w[a] * m2);
-  });
-}
-
-// h = {H00, H11, H22, H01, H02, H12}
-template <int N0, int N1, int N2, typename A, typename S, class T0, class T1, class T2>
-__device__ __forceinline__ void c_hess(const T0& t0, const T1& t1, const T2& t2, const S* in,
-                                       A* h) {
-  A h00, h11, h22, h01, h02, h12;
-  for_taps<N0>(t0.n, [&](int a) {
-    A m, m1, m11, m2, m12, m22;
-    for_taps<N1>(t1.n, [&](int b) {
-      const S* p = in + (t0.off[a] + t1.off[b]);
-      const bool vab = t0.ok(a) && t1.ok(b);
-      A i, i2, i22;
-      for_taps<N2>(t2.n, [&](int c) {
-        const A v = vab && t2.ok(c) ? ld(p + t2.off[c]) : A(0);
-        accum(c == 0, i, t2.w[c] * v);
-        accum(c == 0, i2, t2.dw[c] * v);
-        accum(c == 0, i22, t2.ddw[c] * v);
-      });
-      accum(b == 0, m, t1.w[b] * i);
-      accum(b == 0, m1, t1.dw[b] * i);
-      accum(b == 0, m11, t1.ddw[b] * i);
-      accum(b == 0, m2, t1.w[b] * i2);
-      accum(b == 0, m12, t1.dw[b] * i2);
-      accum(b == 0, m22, t1.w[b] * i22);
-    });
-    accum(a == 0, h00, t0.ddw[a] * m);
-    accum(a == 0, h01, t0.dw[a] * m1);
-    accum(a == 0, h02, t0.dw[a] * m2);
-    accum(a == 0, h11, t0.w[a] * m11);
-    accum(a == 0, h12, t0.w[a] * m12);
-    accum(a == 0, h22, t0.w[a] * m22);
-  });
-  h[0] = h00;
-  h[1] = h11;
-  h[2] = h22;
-  h[3] = h01;
-  h[4] = h02;
-  h[5] = h12;
-}
-
-// out[j_t] += W_t s_t val. The write lists w0, w1, w2 give the offsets into out (the tap lists'
-// own, or a block's shared window in the tiled scatter, pushpull_tiles.cuh).
-template <int N0, int N1, int N2, typename A, class T0, class T1, class T2, class W0, class W1,
-          class W2>
-__device__ __forceinline__ void c_push_to(const T0& t0, const T1& t1, const T2& t2, const W0& w0,
-                                          const W1& w1, const W2& w2, A* out, A val) {
-  for_taps<N0>(t0.n, [&](int a) {
-    const A v0 = t0.w[a] * val;
-    for_taps<N1>(t1.n, [&](int b) {
-      A* p = out + (w0.off[a] + w1.off[b]);
-      const bool vab = t0.ok(a) && t1.ok(b);
-      const A v1 = t1.w[b] * v0;
-      for_taps<N2>(t2.n, [&](int c) {
-        if (vab && t2.ok(c)) atomicAdd(p + w2.off[c], t2.w[c] * v1);
-      });
-    });
-  });
-}
-
-template <int N0, int N1, int N2, typename A, class T0, class T1, class T2>
-__device__ __forceinline__ void c_push(const T0& t0, const T1& t1, const T2& t2, A* out, A val) {
-  c_push_to<N0, N1, N2>(t0, t1, t2, t0, t1, t2, out, val);
-}
-
-// out[j_t] += sum_k G_{t,k} s_t g[k]
-template <int N0, int N1, int N2, typename A, class T0, class T1, class T2>
-__device__ __forceinline__ void c_pushgrad(const T0& t0, const T1& t1, const T2& t2, A* out, A g0,
-                                           A g1, A g2) {
-  for_taps<N0>(t0.n, [&](int a) {
-    const A x0 = t0.dw[a] * g0;  // terms whose derivative is already taken
-    const A y0 = t0.w[a];        // product of weights so far
-    for_taps<N1>(t1.n, [&](int b) {
-      A* p = out + (t0.off[a] + t1.off[b]);
-      const bool vab = t0.ok(a) && t1.ok(b);
-      const A x1 = x0 * t1.w[b] + y0 * t1.dw[b] * g1;
-      const A y1 = y0 * t1.w[b] * g2;
-      for_taps<N2>(t2.n, [&](int c) {
-        if (vab && t2.ok(c)) atomicAdd(p + t2.off[c], x1 * t2.w[c] + y1 * t2.dw[c]);
-      });
-    });
-  });
-}
-
-// pullback (one channel): g = grad(in) as c_grad, and out[j_t] += W_t s_t val as c_push_to (write
-// lists w0, w1, w2), in one walk over the taps.
-template <int N0, int N1, int N2, typename A, typename S, class T0, class T1, class T2, class W0,
-          class W1, class W2>
-__device__ __forceinline__ void c_pullback(const T0& t0, const T1& t1, const T2& t2, const W0& w0,
-                                           const W1& w1, const W2& w2, const S* in, A* out, A val,
-                                           A& g0, A& g1, A& g2) {
-  for_taps<N0>(t0.n, [&](int a) {
-    A m, m1, m2;
-    const A v0 = t0.w[a] * val;
-    for_taps<N1>(t1.n, [&](int b) {
-      const S* p = in + (t0.off[a] + t1.off[b]);
-      A* q = out + (w0.off[a] + w1.off[b]);
-      const bool vab = t0.ok(a) && t1.ok(b);
-      const A v1 = t1.w[b] * v0;
-      A i, i2;
-      for_taps<N2>(t2.n, [&](int c) {
-        const bool ok = vab && t2.ok(c);
-        const A v = ok ? ld(p + t2.off[c]) : A(0);
-        accum(c == 0, i, t2.w[c] * v);
-        accum(c == 0, i2, t2.dw[c] * v);
-        if (ok) atomicAdd(q + w2.off[c], t2.w[c] * v1);
-      });
-      accum(b == 0, m, t1.w[b] * i);
-      accum(b == 0, m1, t1.dw[b] * i);
-      accum(b == 0, m2, t1.w[b] * i2);
-    });
-    accum(a == 0, g0, t0.dw[a] * m);
-    accum(a == 0, g1, t0.w[a] * m1);
-    accum(a == 0, g2, t0.w[a] * m2);
-  });
-}
-
-// --------------------------------------------------------------------------------------------
-// The ops. apply<N0, N1, N2>(G, b, p, poff, t0, t1, t2): point p of batch b, whose
+// The ops. apply(G, b, p, poff, t0, t1, t2): point p of batch b, whose
 // per-point tensor (pin) lies at offset poff (batch included); empty(G, b, p): a point that
 // contributes nothing.
 
+// The names every op declares: S the stored type, I the offset type, A the computation type,
+// DER the derivatives its tap lists carry, kTile: it has a tiled variant (pushpull_tiles.cuh).
+#define NJ_PP_OP_TYPES(der, tile)    \
+  using S = S_;                      \
+  using I = I_;                      \
+  using A = typename AccOf<S>::type; \
+  static constexpr int DER = der;    \
+  static constexpr bool kTile = tile
+
+// batch b of the gathered source; the per-point tensor at offset poff; batch b of a scatter's
+// buffer ([B, C, N] in the computation type)
+template <typename S, typename I>
+__device__ __forceinline__ const S* source_of(const Geo<I>& G, I b) {
+  return static_cast<const S*>(G.src_ptr) + b * G.sB;
+}
+template <typename S, typename I>
+__device__ __forceinline__ const S* point_data(const Geo<I>& G, I poff) {
+  return static_cast<const S*>(G.pin) + poff;
+}
+template <typename A, typename I>
+__device__ __forceinline__ A* scatter_out(const Geo<I>& G, I b) {
+  return static_cast<A*>(G.out) + b * G.C * G.N;
+}
+
 template <typename S_, typename I_>
 struct PullOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 0;
-  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
-  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  NJ_PP_OP_TYPES(0, false);
+  template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I, const T0& t0,
                                                const T1& t1, const T2& t2) {
-    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
+    const S* in = source_of<S>(G, b);
     S* out = static_cast<S*>(G.out) + b * G.C * G.P + p;
     for (I c = 0; c < G.C; ++c)
-      out[c * G.P] = from_acc<S>(c_pull<N0, N1, N2, A>(t0, t1, t2, in + c * G.sC));
+      out[c * G.P] = from_acc<S>(pull_point<DeviceLoad>(t0, t1, t2, in + c * G.sC));
   }
   static __device__ __forceinline__ void empty(const Geo<I>& G, I b, I p) {
     S* out = static_cast<S*>(G.out) + b * G.C * G.P + p;
@@ -529,21 +322,17 @@ struct PullOp {
 
 template <typename S_, typename I_>
 struct GradOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 1;
-  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
-  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  NJ_PP_OP_TYPES(1, false);
+  template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I, const T0& t0,
                                                const T1& t1, const T2& t2) {
-    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
+    const S* in = source_of<S>(G, b);
     const int f = G.first;
     const I D = 3 - f;
     S* out = static_cast<S*>(G.out) + (b * G.C * G.P + p) * D;
     for (I c = 0; c < G.C; ++c) {
       A g[3];
-      c_grad<N0, N1, N2, A>(t0, t1, t2, in + c * G.sC, g[0], g[1], g[2]);
+      grad_point<DeviceLoad>(t0, t1, t2, in + c * G.sC, g[0], g[1], g[2]);
       S* o = out + c * G.P * D;
 #pragma unroll
       for (int k = 0; k < 3; ++k)
@@ -560,49 +349,41 @@ struct GradOp {
 
 template <typename S_, typename I_>
 struct PushOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 0;
-  static constexpr bool kTile = true;
-  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  NJ_PP_OP_TYPES(0, true);
+  template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
-    const S* in = static_cast<const S*>(G.pin) + poff;
-    A* out = static_cast<A*>(G.out) + b * G.C * G.N;
+    const S* in = point_data<S>(G, poff);
+    A* out = scatter_out<A>(G, b);
     for (I c = 0; c < G.C; ++c) {
       const A v = ld(in + c * G.pC);
       if (v == A(0)) continue;  // adds exactly nothing (weights are finite)
-      c_push<N0, N1, N2>(t0, t1, t2, out + c * G.N, v);
+      push_point<DeviceAtomicAdd>(t0, t1, t2, out + c * G.N, v);
     }
   }
   static __device__ __forceinline__ void empty(const Geo<I>&, I, I) {}
   // Tiled scatter (pushpull_tiles.cuh): channel c of a point whose taps all lie in the block's
   // shared window `win`; t0..t2 the weights, w0..w2 the offsets into the window.
-  template <int N0, int N1, int N2, class T0, class T1, class T2, class W0, class W1, class W2>
+  template <class T0, class T1, class T2, class W0, class W1, class W2>
   static __device__ __forceinline__ void tile_apply(const Geo<I>& G, I, I, I poff, I c,
                                                     const T0& t0, const T1& t1, const T2& t2,
                                                     const W0& w0, const W1& w1, const W2& w2,
                                                     A* win) {
-    const A v = ld(static_cast<const S*>(G.pin) + poff + c * G.pC);
+    const A v = ld(point_data<S>(G, poff) + c * G.pC);
     if (v == A(0)) return;
-    c_push_to<N0, N1, N2>(t0, t1, t2, w0, w1, w2, win, v);
+    push_point_to<DeviceAtomicAdd>(t0, t1, t2, w0, w1, w2, win, v);
   }
   static __device__ __forceinline__ void tile_empty(const Geo<I>&, I, I, I) {}
 };
 
 template <typename S_, typename I_>
 struct PushGradOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 1;
-  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
-  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  NJ_PP_OP_TYPES(1, false);
+  template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
-    const S* in = static_cast<const S*>(G.pin) + poff;
-    A* out = static_cast<A*>(G.out) + b * G.C * G.N;
+    const S* in = point_data<S>(G, poff);
+    A* out = scatter_out<A>(G, b);
     const int f = G.first;
     for (I c = 0; c < G.C; ++c) {
       A g[3];
@@ -613,7 +394,7 @@ struct PushGradOp {
         any = any || (g[k] != A(0));
       }
       if (!any) continue;
-      c_pushgrad<N0, N1, N2>(t0, t1, t2, out + c * G.N, g[0], g[1], g[2]);
+      pushgrad_point<DeviceAtomicAdd>(t0, t1, t2, out + c * G.N, g[0], g[1], g[2]);
     }
   }
   static __device__ __forceinline__ void empty(const Geo<I>&, I, I) {}
@@ -621,33 +402,29 @@ struct PushGradOp {
 
 template <typename S_, typename I_>
 struct GradDotOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 1;
-  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
+  NJ_PP_OP_TYPES(1, false);
   // acc_k = sum_c weight[c] grad(input[c])_k at the point (internal dims k)
-  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  template <class T0, class T1, class T2>
   static __device__ __forceinline__ void contract(const Geo<I>& G, I b, I poff, const T0& t0,
                                                   const T1& t1, const T2& t2, A& acc0, A& acc1,
                                                   A& acc2) {
-    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
-    const S* wt = static_cast<const S*>(G.pin) + poff;
+    const S* in = source_of<S>(G, b);
+    const S* wt = point_data<S>(G, poff);
     acc0 = acc1 = acc2 = A(0);
     for (I c = 0; c < G.C; ++c) {
       A g0, g1, g2;
-      c_grad<N0, N1, N2, A>(t0, t1, t2, in + c * G.sC, g0, g1, g2);
+      grad_point<DeviceLoad>(t0, t1, t2, in + c * G.sC, g0, g1, g2);
       const A w = ld(wt + c * G.pC);
       acc0 += w * g0;
       acc1 += w * g1;
       acc2 += w * g2;
     }
   }
-  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
     A acc0, acc1, acc2;
-    contract<N0, N1, N2>(G, b, poff, t0, t1, t2, acc0, acc1, acc2);
+    contract(G, b, poff, t0, t1, t2, acc0, acc1, acc2);
     store(G, b, p, acc0, acc1, acc2);
   }
   static __device__ __forceinline__ void store(const Geo<I>& G, I b, I p, A a0, A a1, A a2) {
@@ -660,21 +437,19 @@ struct GradDotOp {
 
 template <typename S_, typename I_>
 struct HessDotOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 2;
-  static constexpr bool kTile = false;  // no tiled variant (pushpull_tiles.cuh)
-  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  NJ_PP_OP_TYPES(2, false);
+  template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
+    // written out, not source_of / point_data: through them nvcc compiled this kernel
+    // differently (more spills in its order-3 variants)
     const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
     const S* wt = static_cast<const S*>(G.pin) + poff;
     const int f = G.first;
     A acc0 = A(0), acc1 = A(0), acc2 = A(0);
     for (I c = 0; c < G.C; ++c) {
       A h[6];
-      c_hess<N0, N1, N2, A>(t0, t1, t2, in + c * G.sC, h);
+      hess_point<DeviceLoad>(t0, t1, t2, in + c * G.sC, h);
       const S* wc = wt + c * G.pC;
       const A w0 = f <= 0 ? ld(wc + (0 - f) * G.pD) : A(0);
       const A w1 = f <= 1 ? ld(wc + (1 - f) * G.pD) : A(0);
@@ -695,17 +470,13 @@ struct HessDotOp {
 // gradient; out += push (accumulation type, [B, C, N]), out2 = grad_dot (grid-typed [B, P, D]).
 template <typename S_, typename I_>
 struct PullBackOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 1;
-  static constexpr bool kTile = true;
-  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  NJ_PP_OP_TYPES(1, true);
+  template <class T0, class T1, class T2>
   static __device__ __forceinline__ void apply(const Geo<I>& G, I b, I p, I poff, const T0& t0,
                                                const T1& t1, const T2& t2) {
-    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB;
-    const S* gr = static_cast<const S*>(G.pin) + poff;
-    A* out = static_cast<A*>(G.out) + b * G.C * G.N;
+    const S* in = source_of<S>(G, b);
+    const S* gr = point_data<S>(G, poff);
+    A* out = scatter_out<A>(G, b);
     A acc0 = A(0), acc1 = A(0), acc2 = A(0);
     for (I c = 0; c < G.C; ++c) {
       const A v = ld(gr + c * G.pC);
@@ -713,8 +484,8 @@ struct PullBackOp {
       if (v == A(0)) continue;
       A g0, g1, g2;
       // the input and out share the tap offsets (same spatial strides)
-      c_pullback<N0, N1, N2>(t0, t1, t2, t0, t1, t2, in + c * G.sC, out + c * G.N, v, g0, g1,
-                             g2);
+      pullback_point<DeviceLoad, DeviceAtomicAdd>(t0, t1, t2, t0, t1, t2, in + c * G.sC,
+                                                  out + c * G.N, v, g0, g1, g2);
       acc0 += v * g0;
       acc1 += v * g1;
       acc2 += v * g2;
@@ -728,18 +499,18 @@ struct PullBackOp {
   // all lie in the block's shared window; t0..t2 the weights and input offsets, w0..w2 the
   // window offsets. out2 accumulates over the channel steps in place (only the thread that
   // owns the point touches it), in the order of apply's sum.
-  template <int N0, int N1, int N2, class T0, class T1, class T2, class W0, class W1, class W2>
+  template <class T0, class T1, class T2, class W0, class W1, class W2>
   static __device__ __forceinline__ void tile_apply(const Geo<I>& G, I b, I p, I poff, I c,
                                                     const T0& t0, const T1& t1, const T2& t2,
                                                     const W0& w0, const W1& w1, const W2& w2,
                                                     A* win) {
     static_assert(!kIsHalf<S>, "the tiled scatter accumulates out2 in the data type");
-    const S* in = static_cast<const S*>(G.src_ptr) + b * G.sB + c * G.sC;
-    const A v = ld(static_cast<const S*>(G.pin) + poff + c * G.pC);
+    const S* in = source_of<S>(G, b) + c * G.sC;
+    const A v = ld(point_data<S>(G, poff) + c * G.pC);
     A a[3] = {A(0), A(0), A(0)};
     if (v != A(0)) {
       A g0, g1, g2;
-      c_pullback<N0, N1, N2>(t0, t1, t2, w0, w1, w2, in, win, v, g0, g1, g2);
+      pullback_point<DeviceLoad, DeviceAtomicAdd>(t0, t1, t2, w0, w1, w2, in, win, v, g0, g1, g2);
       a[0] = v * g0;
       a[1] = v * g1;
       a[2] = v * g2;
@@ -777,17 +548,13 @@ struct AffinePushOp : PushOp<S_, I_> {
 
 template <typename S_, typename I_>
 struct AffineDotOp {
-  using S = S_;
-  using I = I_;
-  using A = typename AccOf<S>::type;
-  static constexpr int DER = 1;
-  static constexpr bool kTile = false;
+  NJ_PP_OP_TYPES(1, false);
   static constexpr bool kAffine = true;
   A* g;  // the thread's [3]: grad_dot at the point, internal dims
-  template <int N0, int N1, int N2, class T0, class T1, class T2>
+  template <class T0, class T1, class T2>
   __device__ __forceinline__ void apply(const Geo<I>& G, I b, I, I poff, const T0& t0,
                                         const T1& t1, const T2& t2) const {
-    GradDotOp<S, I>::template contract<N0, N1, N2>(G, b, poff, t0, t1, t2, g[0], g[1], g[2]);
+    GradDotOp<S, I>::contract(G, b, poff, t0, t1, t2, g[0], g[1], g[2]);
   }
   __device__ __forceinline__ void empty(const Geo<I>&, I, I) const { g[0] = g[1] = g[2] = A(0); }
 };
@@ -815,18 +582,12 @@ __device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(
 // --------------------------------------------------------------------------------------------
 // The coordinates x of the point at grid offset goff (internal dims first..2; 0 elsewhere) with
 // the range rules applied; false: the point contributes nothing.
-// The range / finiteness rules for coordinate v of internal dim k; false: no contribution.
+// The range rules (apply_coord_rule) for coordinate v of internal dim k; false: no contribution.
 template <typename A, typename I>
 __device__ __forceinline__ bool coord_rule(const Geo<I>& G, int k, A& v) {
-  if (!G.extrapolate) {
-    const A hi = static_cast<A>(G.src[k] - 1) + static_cast<A>(kExtrapolateTol);
-    return v >= -static_cast<A>(kExtrapolateTol) && v <= hi;  // false for NaN
-  }
-  if (!(nj_abs(v) <= static_cast<A>(kCoordLimit))) {
-    if (!isfinite(v)) return false;
-    v = v > A(0) ? static_cast<A>(kCoordLimit) : -static_cast<A>(kCoordLimit);
-  }
-  return true;
+  const auto hi = [&] { return static_cast<A>(G.src[k] - 1) + static_cast<A>(kExtrapolateTol); };
+  return apply_coord_rule(G.extrapolate, -static_cast<A>(kExtrapolateTol), hi,
+                          static_cast<A>(kCoordLimit), v);
 }
 
 template <typename S, typename A, typename I>
@@ -924,22 +685,22 @@ __device__ __forceinline__ void run_point_op(const Op& op, const Geo<typename Op
       op.empty(G, b, p);  // every tap reads zero
       return;
     }
-    op.template apply<O0 + 1, O1 + 1, O + 1>(G, b, p, poff, f0, f1, f2);
+    op.apply(G, b, p, poff, f0, f1, f2);
   } else {
-    RTaps<A, kMaxTaps, DER> t[3];
+    Taps<A, kMaxTaps, DER> t[3];
 #pragma unroll 1
     for (int k = 0; k < 3; ++k) {
       if (k < first)
-        t[k].set_constant();
+        t[k].set_unit();
       else
-        folded_taps_rt<DER>(G.order[k], x[k], static_cast<int64_t>(G.src[k]), G.bound[k],
-                            static_cast<int64_t>(G.sst[k]), t[k]);
+        make_taps_unrolled_rt<DER>(G.order[k], x[k], static_cast<int64_t>(G.src[k]), G.bound[k],
+                                     static_cast<int64_t>(G.sst[k]), t[k]);
     }
     if (t[0].n == 0 || t[1].n == 0 || t[2].n == 0) {
       op.empty(G, b, p);
       return;
     }
-    op.template apply<0, 0, 0>(G, b, p, poff, t[0], t[1], t[2]);
+    op.apply(G, b, p, poff, t[0], t[1], t[2]);
   }
 }
 

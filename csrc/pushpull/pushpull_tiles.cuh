@@ -40,7 +40,8 @@ struct TileShape {
 // Offsets of one dim's taps into the window.
 template <typename I, int N>
 struct WOff {
-  I off[N];
+  I off_[N];
+  __device__ __forceinline__ I off(int k) const { return off_[k]; }
 };
 
 // Taps of order O at x when all of them are interior (0 <= i0, i0 + O < n: no folding) and
@@ -59,14 +60,14 @@ __device__ __forceinline__ bool window_taps(A x, I n, I st, I lo, I wn, I ws,
   const I i0 = static_cast<I>(fl);
   if (i0 + O >= n || i0 + O >= lo + wn) return false;  // (float rounding of the bounds)
   const A u = xs - fl;
-  SplineTaps<O, 0>::eval(u, t.w);
-  if constexpr (DER >= 1) SplineTaps<O, 1>::eval(u, t.dw);
-  if constexpr (DER >= 2) SplineTaps<O, 2>::eval(u, t.ddw);
+  SplineTaps<O, 0>::eval(u, t.w_);
+  if constexpr (DER >= 1) SplineTaps<O, 1>::eval(u, t.dw_);
+  if constexpr (DER >= 2) SplineTaps<O, 2>::eval(u, t.ddw_);
   t.valid = (1u << (O + 1)) - 1u;
 #pragma unroll
   for (int k = 0; k <= O; ++k) {
-    t.off[k] = (i0 + k) * st;
-    w.off[k] = (i0 - lo + k) * ws;
+    t.off_[k] = (i0 + k) * st;
+    w.off_[k] = (i0 - lo + k) * ws;
   }
   return true;
 }
@@ -164,14 +165,13 @@ struct TiledScatter {
       in = in && window_taps<O, DER>(x[0], G.src[0], G.sst[0], lo[0], I(WZ), I(WY * WX), t0, w0);
     } else {
       set_constant(t0);
-      w0.off[0] = I(0);
+      w0.off_[0] = I(0);
     }
     if (!in) {
       if (c == 0) run_point<Op, O, DIM>(G, b, p, goff, poff);  // every channel, global atomics
       return;
     }
-    Op::template tile_apply<O0 + 1, O + 1, O + 1>(G, b, p, poff, c, t0, t1, t2, w0, w1, w2,
-                                                   win);
+    Op::tile_apply(G, b, p, poff, c, t0, t1, t2, w0, w1, w2, win);
   }
 
   static __device__ __forceinline__ void flush(const Geo<I>& G, const A* win, I b, I c,

@@ -7,10 +7,14 @@
 #define NJ_HD __host__ __device__
 #define NJ_INLINE __forceinline__
 #define NJ_UNROLL _Pragma("unroll")
+#define NJ_NO_UNROLL _Pragma("unroll 1")
+#define NJ_LAMBDA_INLINE
 #else
 #define NJ_HD
 #define NJ_INLINE inline __attribute__((always_inline))
 #define NJ_UNROLL  // gcc/clang fully unroll loops with small constant trip counts at -O3
+#define NJ_NO_UNROLL
+#define NJ_LAMBDA_INLINE __attribute__((always_inline))
 #endif
 
 namespace nitorch_jit {
