@@ -73,7 +73,9 @@ NJ_AVX2 void tap_pairs(const float* row, __m128i blo, __m128i bhi, __m256& t0, _
 // computed from the matrix as AffineRow::coord does (the same operations in the same order, no
 // FMA: the same bits as the grid affine_grid builds, so affine_pull equals grid_pull).
 NJ_AVX2 __m256 coords8(const GridRow<float>& r, int d, int64_t l, __m256i lane) {
-  return _mm256_i32gather_ps(r.gp + l * r.g2 + d * r.gD, lane, 4);
+  const float* g = r.gp + l * r.g2 + d * r.gD;
+  // planar coordinates (a [D, *points] array seen as a grid, e.g. scipy's): a plain load
+  return r.g2 == 1 ? _mm256_loadu_ps(g) : _mm256_i32gather_ps(g, lane, 4);
 }
 NJ_AVX2 __m256 coords8(const AffineRow<float>& r, int d, int64_t l, __m256i) {
   const __m256 i = _mm256_cvtepi32_ps(_mm256_add_epi32(
@@ -81,7 +83,8 @@ NJ_AVX2 __m256 coords8(const AffineRow<float>& r, int d, int64_t l, __m256i) {
   return _mm256_add_ps(_mm256_set1_ps(r.r[d]), mul_nf(_mm256_set1_ps(r.a[d]), i));
 }
 NJ_AVX2 __m256d coords4(const GridRow<double>& r, int d, int64_t l, __m128i lane) {
-  return _mm256_i32gather_pd(r.gp + l * r.g2 + d * r.gD, lane, 8);
+  const double* g = r.gp + l * r.g2 + d * r.gD;
+  return r.g2 == 1 ? _mm256_loadu_pd(g) : _mm256_i32gather_pd(g, lane, 8);
 }
 NJ_AVX2 __m256d coords4(const AffineRow<double>& r, int d, int64_t l, __m128i) {
   const __m256d i = _mm256_cvtepi32_pd(
@@ -131,7 +134,7 @@ NJ_AVX2 void coords4x3(const AffineRow<double>& r, int64_t l, __m128i lane, __m2
 template <int O, int DIM, int DER, class Op, typename T = float>
 struct ScalarPoints {
   const Geom& G;
-  FastPoint<T, O, DIM, DER, Op> scalar;
+  FastPoint<T, O, DIM, DER, Op, true> scalar;
   const CoordRule<T> rule;
 
   ScalarPoints(const Geom& G_, const Op& op) : G(G_), scalar(G_, op), rule(G_, DIM) {}

@@ -301,8 +301,11 @@ __attribute__((noinline)) void apply_folded(const Op& op, const Point& pt, const
   op.apply(pt, t0, t1, t2);
 }
 
-// One point of the fast path (every dim of order O, DIM real dims).
-template <typename T, int O, int DIM, int DER, class Op>
+// One point of the fast path (every dim of order O, DIM real dims). FIXED_BORDER: border points
+// through fixed-length folded lists (unrolled contractions, one more instantiation of the op's
+// apply) instead of apply_folded's shared runtime-count one: for the vector paths' leftover
+// points, which are mostly border points.
+template <typename T, int O, int DIM, int DER, class Op, bool FIXED_BORDER = false>
 struct FastPoint {
   using FT = Taps<T, kMaxTaps, DER>;
   using LT = LineTaps<T, O + 1, DER>;
@@ -331,6 +334,18 @@ struct FastPoint {
         op.apply(pt, unit, l[1], l[2]);
       else
         op.apply(pt, unit, unit, l[2]);
+    } else if constexpr (FIXED_BORDER) {
+      FoldedLineTaps<T, O + 1, DER> b[3];
+      const UnitTaps<T> unit;
+      for (int k = 3 - DIM; k < 3; ++k)
+        if (!folded_line_taps<O, DER>(x[k], G.src[k], G.bound[k], G.sst[k], b[k]))
+          return op.empty(pt);
+      if constexpr (DIM == 3)
+        op.apply(pt, b[0], b[1], b[2]);
+      else if constexpr (DIM == 2)
+        op.apply(pt, unit, b[1], b[2]);
+      else
+        op.apply(pt, unit, unit, b[2]);
     } else {
       for (int k = 3 - DIM; k < 3; ++k) {
         make_taps<O>(x[k], G.src[k], G.bound[k], G.sst[k], f[k]);
