@@ -427,7 +427,10 @@ def _pull(x, grid, order, mode, cval, prefilter):
     # the points as one row along the last point dim: the kernels' vector paths take rows
     g = g.reshape((1,) * (dim - 1) + (npts, dim))
     from .ops.pushpull import grid_pull
-    out = grid_pull(coef, g, interpolation=order, bound=BoundType(_TAPS[mode]), extrapolate=True)
+    # 'constant' overwrites every point outside [0, n - 1] below: the kernels may skip them
+    # (extrapolate off zeroes points beyond a small tolerance, and computes the rest as before)
+    out = grid_pull(coef, g, interpolation=order, bound=BoundType(_TAPS[mode]),
+                    extrapolate=mode != "constant")
     out = out.reshape((x.shape[0], npts))
     if mode == "grid-constant" and cval != 0:
         out = out + cval
@@ -459,7 +462,8 @@ def _pull_affine(x, matrix, offset, oshape, order, mode, cval, prefilter):
     A = np.concatenate([mat, (off + npad)[:, None]], 1)
     from .ops.affine import affine_pull
     out = affine_pull(coef, torch.from_numpy(A).to(coef.device), list(oshape),
-                      interpolation=order, bound=BoundType(_TAPS[mode]), extrapolate=True)
+                      interpolation=order, bound=BoundType(_TAPS[mode]),
+                      extrapolate=mode != "constant")  # as in _pull
     if mode == "grid-constant" and cval != 0:
         out = out + cval
     if mode == "constant":  # cval outside [0, n-1]
