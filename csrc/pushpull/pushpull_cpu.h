@@ -315,6 +315,17 @@ struct FastPoint {
   FastPoint(const Geom& G_, const Op& op_) : G(G_), op(op_) {
     for (int k = 0; k < 3 - DIM; ++k) f[k].set_unit();
   }
+  // op.apply with the DIM real dims' lists t[3 - DIM .. 2], unit lists in front
+  template <class TP>
+  NJ_INLINE void apply_dims(const Point& pt, const TP* t) const {
+    const UnitTaps<T> unit;
+    if constexpr (DIM == 3)
+      op.apply(pt, t[0], t[1], t[2]);
+    else if constexpr (DIM == 2)
+      op.apply(pt, unit, t[1], t[2]);
+    else
+      op.apply(pt, unit, unit, t[2]);
+  }
   NJ_INLINE void operator()(const Point& pt, const T* x, bool ok) {
     if (!ok) return op.empty(pt);
     T u[3];
@@ -326,26 +337,14 @@ struct FastPoint {
     }
     if (inside) {
       LT l[3];
-      const UnitTaps<T> unit;
       for (int k = 3 - DIM; k < 3; ++k) line_taps<O, DER>(i0[k], u[k], G.sst[k], l[k]);
-      if constexpr (DIM == 3)
-        op.apply(pt, l[0], l[1], l[2]);
-      else if constexpr (DIM == 2)
-        op.apply(pt, unit, l[1], l[2]);
-      else
-        op.apply(pt, unit, unit, l[2]);
+      apply_dims(pt, l);
     } else if constexpr (FIXED_BORDER) {
       FoldedLineTaps<T, O + 1, DER> b[3];
-      const UnitTaps<T> unit;
       for (int k = 3 - DIM; k < 3; ++k)
         if (!folded_line_taps<O, DER>(x[k], G.src[k], G.bound[k], G.sst[k], b[k]))
           return op.empty(pt);
-      if constexpr (DIM == 3)
-        op.apply(pt, b[0], b[1], b[2]);
-      else if constexpr (DIM == 2)
-        op.apply(pt, unit, b[1], b[2]);
-      else
-        op.apply(pt, unit, unit, b[2]);
+      apply_dims(pt, b);
     } else {
       for (int k = 3 - DIM; k < 3; ++k) {
         make_taps<O>(x[k], G.src[k], G.bound[k], G.sst[k], f[k]);
