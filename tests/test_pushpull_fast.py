@@ -1,7 +1,7 @@
 """The CPU fast paths of csrc/pushpull/fastpath_cpu.h and the batch-split scatter.
 
 Fast paths (AVX2 + FMA, every dim of one order): grid_pull of orders 1 and 3 in 2-D and 3-D
-(float32) and of order 3 in 3-D (float64), and grid_pull_backward of order 1 in 2-D and 3-D. Each is checked on the
+(float32) and in 3-D (float64), and grid_pull_backward of order 1 in 2-D and 3-D. Each is checked on the
 cases it takes and on its borders (points whose support leaves the source go back to the
 scalar path, one by one) against two references: the pure-PyTorch twin
 (nitorch_jit/torch_impl/pushpull.py) in float64 on the same float32 data, and the scalar C path
@@ -107,12 +107,12 @@ def test_pull2d(C, TORCH, order, bound, ex):
             twin_close(out, twin, g)
 
 
-@pytest.mark.parametrize("order,dtype", [(1, F32), (3, F32), (3, F64)])
+@pytest.mark.parametrize("order,dtype", [(1, F32), (3, F32), (1, F64), (3, F64)])
 @pytest.mark.parametrize("bound", BOUNDS)
 @pytest.mark.parametrize("ex", [False, True])
 def test_pull3d(C, TORCH, order, dtype, bound, ex):
-    """3-D orders 1 and 3 (float64: order 3), rows of 19 points: two blocks of 8 (float64: four
-    of 4) and a scalar tail."""
+    """3-D orders 1 and 3, float32 and float64, rows of 19 points: two blocks of 8 (float64:
+    four of 4) and a scalar tail."""
     b = BOUNDS.index(bound)
     S, O = (5, 6, 7), (3, 2, 19)
     tol = 2e-5 if dtype == F32 else 1e-12
@@ -282,9 +282,9 @@ def test_fast_paths_taken_and_rounding(C):
         slow[order] = scalar_path(lambda: C.grid_pull(img, grid, *args))
     assert not torch.equal(fast[1], slow[1])
     assert torch.equal(fast[3], slow[3])
-    # 3-D: orders 1 and 3 in float32, 3 in float64, all with FMAs
+    # 3-D: orders 1 and 3 in float32 and float64, all with FMAs
     S3 = (12, 12, 12)
-    for order, dtype in [(1, F32), (3, F32), (3, F64)]:
+    for order, dtype in [(1, F32), (3, F32), (1, F64), (3, F64)]:
         img3 = data(1, 1, *S3).to(dtype)
         grid3 = coords(1, S3, S3, margin=0.0).nan_to_num(3.0, 3.0, 3.0).clamp(0, 11).to(dtype)
         args3 = ([order] * 3, [0] * 3, True)

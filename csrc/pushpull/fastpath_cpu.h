@@ -1,14 +1,18 @@
-// Fast paths on CPU, float32, AVX2 + FMA (compiled for that target only, chosen at run time when
-// the CPU has it), every dim of the same order: grid_pull of orders 1 and 3 in 2-D and order 1
-// in 3-D (pull_cpu.cpp; its older Pull1Avx2 now serves only sources whose last dim is strided)
-// and grid_pull_backward of order 1 in 2-D and 3-D (push_cpu.cpp).
+// Fast paths on CPU with AVX2 + FMA (compiled for that target only, chosen at run time when the
+// CPU has it), every dim of the same order: grid_pull / affine_pull of orders 1 and 3 in 2-D and
+// 3-D (float32) and in 3-D (float64), and grid_pull_backward of order 1 in 2-D and 3-D
+// (float32; push_cpu.cpp). pull_cpu.cpp's older Pull1Avx2 serves sources whose last dim is
+// strided.
 //
-// Eight points of a grid row at a time: coordinates, interior test, weights and base indices in
-// vector registers; the taps of a source row are read two at a time (one 64-bit gather lane per
-// point reads the adjacent pair i, i+1, half the gather work of one lane per tap); weights are
-// computed once per point and reused across channels. A point whose support leaves the source
-// (or that is out of range, or non-finite) is redone by the scalar fast path, which applies
-// the bound and extrapolate rules.
+// A block of points of a row at a time (8 floats, 4 doubles): coordinates (deinterleaved or
+// plain loads, or computed from the matrix), interior test, base indices and weights in vector
+// registers, one lane per point; the weights are then transposed to one vector per point. The
+// taps are read point by point with plain loads of contiguous taps (pairs at order 1, runs of 4
+// at order 3), never gathered: gathers are slow on some CPUs (Zen 5 here: the gather version of
+// the 3-D order-1 pull was slower than the scalar code). Weights are computed once per point
+// and reused by every channel. A point whose support leaves the source (out of range,
+// non-finite) is redone by the scalar fast path, which applies the bound and extrapolate rules;
+// with extrapolate off, points outside the field of view read zero in the vector path.
 #pragma once
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -857,10 +861,89 @@ struct CubicLanes<double> {
 #pragma GCC unroll 4
     for (int j = 0; j < N; ++j)
       part[j] = _mm256_mul_pd(point(p[j], s0, s1, wy, wz, j), _mm256_loadu_pd(wx + 4 * j));
+    store_sums(part, keep, out);
+  }
+  // out[j] = the sum of part[j]'s lanes (0 where keep is clear)
+  NJ_AVX2 static void store_sums(const V* part, V keep, double* out) {
     const V h01 = _mm256_hadd_pd(part[0], part[1]), h23 = _mm256_hadd_pd(part[2], part[3]);
     _mm256_storeu_pd(out, _mm256_and_pd(_mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20),
                                                       _mm256_permute2f128_pd(h01, h23, 0x31)),
                                         keep));
+  }
+};
+
+// grid_pull, 3-D, order 1, float64 (the default dtype of NumPy users): Pull3dAvx2's scheme on
+// 4-point blocks; per point its 8 taps as four 128-bit pair loads (two vectors) times its 8
+// weights, the 4 points' sums reduced together.
+template <class Op>
+struct Pull3dLinearAvx2d {
+  using L = CubicLanes<double>;  // 4 lanes: coordinates, integer and mask helpers, the reduction
+  using V = __m256d;
+  const Geom& G;
+  const Op& op;
+  ScalarPoints<1, 3, 0, Op, double> rest;
+
+  Pull3dLinearAvx2d(const Geom& G_, const Op& op_) : G(G_), op(op_), rest(G_, op_) {}
+
+  template <class Row>
+  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+    const auto lane = L::lanes(G);
+    const auto minus1 = L::ivec(-1);
+    decltype(L::ivec(0)) lim[3], st[3];
+    for (int k = 0; k < 3; ++k) {
+      lim[k] = L::ivec(G.src[k] - 1);  // interior: 0 <= i0 and i0 + 1 <= n - 1
+      st[k] = L::ivec(G.sst[k]);
+    }
+    const int64_t s0 = G.sst[0], s1 = G.sst[1];
+    const CoordRule<double> rule(G, 3);
+    const double* ib = op.in + pt.b * op.sB;
+    double* ob = op.out + pt.b * op.C * op.P + pt.p;
+    const V one = _mm256_set1_pd(1.0);
+    alignas(32) int32_t idx[4];
+    alignas(32) double wa[16], wb[16];  // point j: weights of taps 0..3 at wa[4 j], 4..7 at wb[4 j]
+    int64_t l = 0;
+    for (; l + 4 <= count; l += 4) {
+      V xs[3], w[3][2];
+      L::coords(r, l, lane, xs);
+      V keep = L::ones();
+      auto inside = minus1, base = L::ivec(0);
+      for (int k = 0; k < 3; ++k) {
+        if (!G.extrapolate) keep = L::vand(keep, L::within(xs[k], rule.lo, rule.hi[k]));
+        const V f = L::floor(xs[k]);
+        const auto i = L::to_int(f);
+        inside = L::iand(inside, L::iand(L::igt(lim[k], i), L::igt(i, minus1)));
+        base = L::iadd(base, L::imul(i, st[k]));
+        w[k][1] = _mm256_sub_pd(xs[k], f);
+        w[k][0] = _mm256_sub_pd(one, w[k][1]);
+      }
+      V wt[8];  // tap 4 a + 2 b + c, one lane per point
+      for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b) {
+          const V ab = _mm256_mul_pd(w[0][a], w[1][b]);
+          wt[4 * a + 2 * b] = _mm256_mul_pd(ab, w[2][0]);
+          wt[4 * a + 2 * b + 1] = _mm256_mul_pd(ab, w[2][1]);
+        }
+      L::transpose(wt, wa);
+      L::transpose(wt + 4, wb);
+      L::store_int(idx, L::iand(base, inside));
+      const int done = L::mask(inside) | (~L::vmask(keep) & 0xF);
+      for (int64_t c = 0; c < op.C; ++c) {
+        const double* img = ib + c * op.sC;
+        V part[4];
+        for (int j = 0; j < 4; ++j) {
+          const double* q = img + idx[j];
+          const V t0 = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(q)),
+                                            _mm_loadu_pd(q + s1), 1);  // taps 0..3
+          const V t1 = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(q + s0)),
+                                            _mm_loadu_pd(q + s0 + s1), 1);  // taps 4..7
+          part[j] = _mm256_fmadd_pd(t1, _mm256_load_pd(wb + 4 * j),
+                                    _mm256_mul_pd(t0, _mm256_load_pd(wa + 4 * j)));
+        }
+        L::store_sums(part, keep, ob + c * op.P + l);
+      }
+      rest.template block<4>(pt, r, l, done);
+    }
+    rest.tail(pt, r, l, count);
   }
 };
 
@@ -998,7 +1081,8 @@ void for_row_tiles(const Geom& G, const Coords& co, int64_t tile, int64_t tb, in
 }
 
 // grid_pull (src: the grid pointer) or affine_pull (src: AffineCoords) through a fast path:
-// float32 2-D orders 1 and 3, 3-D orders 1 and 3; float64 3-D order 3. False when none applies.
+// float32 2-D orders 1 and 3, 3-D orders 1 and 3; float64 3-D orders 1 and 3. False when none
+// applies.
 template <typename T, class Op, class Src>
 bool try_pull_avx2(const Geom& G, const Src& src, const Op& op) {
   constexpr bool kAffine = !std::is_pointer<Src>::value;
@@ -1011,7 +1095,7 @@ bool try_pull_avx2(const Geom& G, const Src& src, const Op& op) {
   const int o2 = std::is_same_v<T, float> ? fast2d_avx2_order(Gk) : 0;
   const int o3 = o2 == 0 ? fast3d_avx2_order(Gk) : 0;
   if (o2 == 0 && o3 == 0) return false;
-  if (std::is_same_v<T, double> && o3 != 3) return false;
+  if (std::is_same_v<T, double> && o3 == 0) return false;
   const int64_t tile = row_tile(G, sizeof(T));
   auto kernel_rows = [&](auto&& walk) {
     auto run = [&](auto kernel) {
@@ -1027,7 +1111,10 @@ bool try_pull_avx2(const Geom& G, const Src& src, const Op& op) {
       else
         run(Pull2dAvx2<3, Op>(G, op));
     } else {
-      run(Pull3dCubicAvx2<double, Op>(G, op));
+      if (o3 == 1)
+        run(Pull3dLinearAvx2d<Op>(G, op));
+      else
+        run(Pull3dCubicAvx2<double, Op>(G, op));
     }
   };
   if (tile == 0) {
