@@ -129,11 +129,11 @@ def test_tuning_knobs_reach_every_loaded_library(knobs):
     paths = [backend.load_module(m, "cpu") for m in ("pushpull", "regsolve", "splinc", "resize")]
     for path in paths:
         assert tuning.library_values(path) == {k: int(v) for k, v in tuning.current().items()}
-    with tuning.override(push_buffer_mb=7, avx2=False, cuda_tiles=False, huge_pages=False):
+    with tuning.override(push_buffer_mb=7, avx2=False, cuda_tiles=False, huge_pages=True):
         for path in paths:
             got = tuning.library_values(path)
             assert (got["push_buffer_mb"], got["avx2"], got["cuda_tiles"], got["huge_pages"]) == (
-                7, 0, 0, 0)
+                7, 0, 0, 1)
     for path in paths:
         assert tuning.library_values(path) == {k: int(v) for k, v in tuning.current().items()}
     with pytest.raises(ValueError, match="unknown tuning knob"):
@@ -143,8 +143,9 @@ def test_tuning_knobs_reach_every_loaded_library(knobs):
 
 
 def test_huge_page_outputs_same_values(knobs):
-    """Large CPU outputs (>= 32 MiB) get huge pages advised before the kernel writes them; the
-    advice changes no value (pull, push and the prefilter, knob on and off)."""
+    """With the huge_pages knob on, large CPU outputs (>= 32 MiB) get huge pages advised before
+    the kernel writes them; the advice changes no value (pull, push and the prefilter, knob on
+    and off)."""
     import nitorch_jit as nj
     x = torch.randn(1, 2, 96, 96, 480)
     grid = nj.affine_grid(torch.eye(3, 4) * 0.9, [96, 96, 480])[None]

@@ -11,7 +11,7 @@ knob                       variable            meaning
 ``cuda_tiles``             NI_JIT_CUDA_TILES   CUDA block-tiled scatter (=0 turns it off)
 ``cuda_index32``           NI_JIT_CUDA_INDEX   CUDA 32-bit offsets where they fit (=64: never)
 ``push_buffer_mb``         NI_JIT_PUSH_BUFFER_MB  CPU push: MiB of per-thread outputs
-``huge_pages``             NI_JIT_HUGE_PAGES   CPU huge pages for outputs >= 32 MiB (=0: off)
+``huge_pages``             NI_JIT_HUGE_PAGES   CPU huge pages for outputs >= 32 MiB (=1: on)
 =========================  ==================  ===============================================
 
 Tests and benchmarks switch them with ``override(...)``, which reaches every loaded library.
@@ -51,7 +51,7 @@ def _from_environment():
         "cuda_tiles": _flag("NI_JIT_CUDA_TILES", True),
         "cuda_index32": not _flag("NI_JIT_CUDA_INDEX", False, on_value="64"),
         "push_buffer_mb": mb,
-        "huge_pages": _flag("NI_JIT_HUGE_PAGES", True),
+        "huge_pages": _flag("NI_JIT_HUGE_PAGES", False),
     }
 
 

@@ -1,9 +1,12 @@
 // Output tensors of the CPU kernels. A fresh allocation of tens of MiB comes from the OS
 // untouched, and the kernel's first write to each 4 KiB page faults: on the project's 2-core VM
 // a fresh 25 MB tensor costs ~9 ms of faults when first written, as much as a trilinear pull of
-// 2 M points. Asking for transparent huge pages before the first touch (madvise; Linux with THP
-// in its common "madvise" mode) makes that one fault per 2 MiB. The huge_pages tuning knob
-// (NI_JIT_HUGE_PAGES=0) turns it off.
+// 2 M points. With the huge_pages tuning knob (NI_JIT_HUGE_PAGES=1, off by default) large
+// outputs ask for transparent huge pages before the first touch (madvise; Linux), one fault per
+// 2 MiB. Off by default: where THP's defrag setting is "madvise" (a common default) the kernel
+// compacts memory synchronously to serve the advice, and on that VM the first calls of a
+// process paid +100 ms each for a 92 MB output, before freed huge pages were there to reuse. A
+// loop that allocates such outputs again and again gains (8-channel 128^3 pull: 44 -> 31 ms).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -17,7 +17,7 @@ enum Knob : int {
   kCudaTiles,         // CUDA: block-tiled scatter for push / pull backward
   kCudaIndex32,       // CUDA: 32-bit offsets allowed where they fit
   kPushBufferMB,      // CPU push: MiB of private per-thread outputs before atomics
-  kHugePages,         // CPU: transparent huge pages advised for large outputs (host_output.h)
+  kHugePages,         // CPU: transparent huge pages advised for large outputs (opt-in; host_output.h)
   kNumKnobs
 };
 
@@ -27,7 +27,7 @@ enum Knob : int {
 __attribute__((visibility("hidden")))
 #endif
 inline std::atomic<int64_t>* values() {
-  static std::atomic<int64_t> v[kNumKnobs] = {{1}, {0}, {1}, {1}, {256}, {1}};
+  static std::atomic<int64_t> v[kNumKnobs] = {{1}, {0}, {1}, {1}, {256}, {0}};
   return v;
 }
 
