@@ -378,53 +378,41 @@ struct Pull2dLinearAvx2 {
   }
 };
 
-template <int O, class Op>
-struct Pull2dAvx2 {
-  static_assert(O == 1 || O == 3, "orders 1 and 3");
+// grid_pull, 2-D, order 3: per block the cubic weights in vector lanes; per channel the 4 taps
+// of each of the 4 source rows as two pair gathers, contracted without FMAs, in the scalar
+// path's order: this path rounds exactly as the scalar one (a test holds it to that).
+template <class Op>
+struct Pull2dCubicAvx2 {
   const Geom& G;
   const Op& op;
-  ScalarPoints<O, 2, 0, Op> rest;
+  ScalarPoints<3, 2, 0, Op> rest;
 
-  Pull2dAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), rest(G_, op_) {}
+  Pull2dCubicAvx2(const Geom& G_, const Op& op_) : G(G_), op(op_), rest(G_, op_) {}
 
   template <class Row>
   __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
-    const Coords2d<O> coords(G);
-    const int64_t s1l = G.sst[1];
+    const Coords2d<3> coords(G);
+    const int64_t s1 = G.sst[1];
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.P + pt.p;
     int64_t l = 0;
     for (; l + 8 <= count; l += 8) {
       Block2d blk;
       coords.load(r, l, blk);
-      __m256 w1[O + 1], w2[O + 1];
-      if constexpr (O == 1) {
-        const __m256 one = _mm256_set1_ps(1.f);
-        w1[0] = _mm256_sub_ps(one, blk.u1);
-        w1[1] = blk.u1;
-        w2[0] = _mm256_sub_ps(one, blk.u2);
-        w2[1] = blk.u2;
-      } else {
-        cubic_weights<float>(blk.u1, w1);
-        cubic_weights<float>(blk.u2, w2);
-      }
+      __m256 w1[4], w2[4];
+      cubic_weights<float>(blk.u1, w1);
+      cubic_weights<float>(blk.u2, w2);
       for (int64_t c = 0; c < op.C; ++c) {
         const float* img = ib + c * op.sC;
         __m256 acc = _mm256_setzero_ps();
-        for (int r = 0; r <= O; ++r) {
-          const float* src_row = img + r * s1l;
-          __m256 t[O + 1];
+        for (int y = 0; y < 4; ++y) {
+          const float* src_row = img + y * s1;
+          __m256 t[4];
           tap_pairs(src_row, blk.blo, blk.bhi, t[0], t[1]);
-          if constexpr (O == 3) tap_pairs(src_row + 2, blk.blo, blk.bhi, t[2], t[3]);
-          // order 1 as pull_cpu.cpp's Pull1Avx2 (FMAs), order 3 as the scalar path (none):
-          // the paths affine_pull takes, which must round as grid_pull does
+          tap_pairs(src_row + 2, blk.blo, blk.bhi, t[2], t[3]);
           __m256 v = mul_nf(w2[0], t[0]);
-          for (int k = 1; k <= O; ++k)
-            v = O == 1 ? _mm256_fmadd_ps(w2[k], t[k], v) : _mm256_add_ps(v, mul_nf(w2[k], t[k]));
-          if (r == 0)
-            acc = mul_nf(w1[0], v);
-          else
-            acc = O == 1 ? _mm256_fmadd_ps(w1[r], v, acc) : _mm256_add_ps(acc, mul_nf(w1[r], v));
+          for (int k = 1; k < 4; ++k) v = _mm256_add_ps(v, mul_nf(w2[k], t[k]));
+          acc = y == 0 ? mul_nf(w1[0], v) : _mm256_add_ps(acc, mul_nf(w1[y], v));
         }
         _mm256_storeu_ps(ob + c * op.P + l, acc);
       }
@@ -435,10 +423,10 @@ struct Pull2dAvx2 {
 };
 
 // grid_pull_backward, order 1: per block, the weights once; per channel, the 4 taps of each
-// point (two pair gathers), the grid gradient contracted with the incoming gradient in vector
-// registers, and the 4 scatter adds of each interior point in scalar code (points of one block
-// may share voxels), in the order of the scalar path (point by point, so the same sums up to
-// rounding). Op is PullBackOp (push_cpu.cpp) adding plainly into op.out.
+// point (two 64-bit loads, then a transpose to one vector per tap), the grid gradient
+// contracted with the incoming gradient in vector registers, and the 4 scatter adds of each
+// interior point in scalar code (points of one block may share voxels), in the order of the
+// scalar path (point by point, so the same sums up to rounding). Op is PullBackOp (push_cpu.cpp) adding plainly into op.out.
 template <class Op>
 struct PullBack2dAvx2 {
   const Geom& G;
@@ -562,8 +550,8 @@ struct Coords3d {
   }
 };
 
-// grid_pull_backward, 3-D, order 1: as PullBack2dAvx2 with 8 taps (four pair gathers per
-// channel) and 8 scalar scatter adds per interior point.
+// grid_pull_backward, 3-D, order 1: as PullBack2dAvx2 with 8 taps (four 64-bit loads per point
+// and channel, then a transpose) and 8 scalar scatter adds per interior point.
 template <class Op>
 struct PullBack3dAvx2 {
   const Geom& G;
@@ -773,7 +761,8 @@ struct CubicLanes<float> {
   NJ_AVX2 static __m128 point(const float* p, int64_t s0, int64_t s1, const float* wy,
                               const float* wz, int j) {
     const V wy01 = _mm256_set_m128(_mm_broadcast_ss(wy + N + j), _mm_broadcast_ss(wy + j));
-    const V wy23 = _mm256_set_m128(_mm_broadcast_ss(wy + 3 * N + j), _mm_broadcast_ss(wy + 2 * N + j));
+    const V wy23 =
+        _mm256_set_m128(_mm_broadcast_ss(wy + 3 * N + j), _mm_broadcast_ss(wy + 2 * N + j));
     V acc[2];  // planes z even and odd: two short dependency chains instead of one long one
     for (int z = 0; z < 4; ++z) {
       const float* q = p + z * s0;
@@ -794,8 +783,10 @@ struct CubicLanes<float> {
                       // load pair, which store forwarding cannot serve)
     for (int j = 0; j < N; ++j)
       part[j] = _mm_mul_ps(point(p[j], s0, s1, wy, wz, j), _mm_loadu_ps(wx + 4 * j));
-    const V h0 = _mm256_hadd_ps(_mm256_set_m128(part[4], part[0]), _mm256_set_m128(part[5], part[1]));
-    const V h1 = _mm256_hadd_ps(_mm256_set_m128(part[6], part[2]), _mm256_set_m128(part[7], part[3]));
+    const V h0 =
+        _mm256_hadd_ps(_mm256_set_m128(part[4], part[0]), _mm256_set_m128(part[5], part[1]));
+    const V h1 =
+        _mm256_hadd_ps(_mm256_set_m128(part[6], part[2]), _mm256_set_m128(part[7], part[3]));
     _mm256_storeu_ps(out, _mm256_and_ps(_mm256_hadd_ps(h0, h1), keep));
   }
 };
@@ -1109,7 +1100,7 @@ bool try_pull_avx2(const Geom& G, const Src& src, const Op& op) {
       else if (o2 == 1)
         run(Pull2dLinearAvx2<Op>(G, op));
       else
-        run(Pull2dAvx2<3, Op>(G, op));
+        run(Pull2dCubicAvx2<Op>(G, op));
     } else {
       if (o3 == 1)
         run(Pull3dLinearAvx2d<Op>(G, op));

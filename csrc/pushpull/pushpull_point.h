@@ -118,52 +118,6 @@ struct Taps {
   }
 };
 
-// A fixed-length folded list: the O+1 taps of a border point, each folded onto the source, in
-// the order of the interior's LineTaps; a tap whose bound sign is 0 stays in the list with
-// ok(k) false (weight 0, offset 0: never read or written). The CPU vector paths' border points
-// take it: the contractions then unroll as for interior points (a runtime-count Taps list made
-// a border point cost several interior ones).
-template <typename T, int N, int DER>
-struct FoldedLineTaps {
-  int64_t off_[N];
-  T w_[N];
-  T dw_[DER >= 1 ? N : 1];
-  T ddw_[DER >= 2 ? N : 1];
-  unsigned valid;  // bit k: tap k reads the source
-  static constexpr bool kFixed = true;
-  NJ_HD static constexpr int count() { return N; }
-  NJ_HD NJ_INLINE bool ok(int k) const { return (valid >> k) & 1u; }
-  NJ_HD NJ_INLINE int64_t off(int k) const { return off_[k]; }
-  NJ_HD NJ_INLINE T w(int k) const { return w_[k]; }
-  NJ_HD NJ_INLINE T dw(int k) const { return dw_[k]; }
-  NJ_HD NJ_INLINE T ddw(int k) const { return ddw_[k]; }
-};
-
-// Fill a FoldedLineTaps of order O for coordinate x on a dimension of size n; false when no tap
-// reads the source (the point reads zero).
-template <int O, int DER, typename T>
-NJ_HD NJ_INLINE bool folded_line_taps(T x, int64_t n, int bound, int64_t stride,
-                                      FoldedLineTaps<T, O + 1, DER>& t) {
-  T w[O + 1], dw[O + 1], ddw[O + 1];
-  T u;
-  const int64_t i0 = spline_start<O>(x, u);
-  SplineTaps<O, 0>::eval(u, w);
-  if (DER >= 1) SplineTaps<O, 1>::eval(u, dw);
-  if (DER >= 2) SplineTaps<O, 2>::eval(u, ddw);
-  t.valid = 0;
-  for (int k = 0; k <= O; ++k) {
-    int s;
-    const int64_t j = fold_index(i0 + k, n, bound, s);
-    const T sign = static_cast<T>(s);
-    t.off_[k] = s != 0 ? j * stride : 0;
-    t.w_[k] = sign * w[k];
-    if (DER >= 1) t.dw_[k] = sign * dw[k];
-    if (DER >= 2) t.ddw_[k] = sign * ddw[k];
-    t.valid |= (s != 0 ? 1u : 0u) << k;
-  }
-  return t.valid != 0;
-}
-
 // Interior test for taps i0 .. i0+O on a dimension of size n.
 template <int O>
 NJ_HD NJ_INLINE bool taps_inside(int64_t i0, int64_t n) {
@@ -225,6 +179,48 @@ NJ_HD NJ_INLINE int64_t spline_taps_at(T x, T* w, T* dw, T* ddw) {
   if (DER >= 1) SplineTaps<O, 1>::eval(u, dw);
   if (DER >= 2) SplineTaps<O, 2>::eval(u, ddw);
   return i0;
+}
+
+// A fixed-length folded list: the O+1 taps of a border point, each folded onto the source, in
+// the order of the interior's LineTaps; a tap whose bound sign is 0 stays in the list with
+// ok(k) false (weight 0, offset 0: never read or written). The CPU vector paths' border points
+// take it: the contractions then unroll as for interior points (a runtime-count Taps list made
+// a border point cost several interior ones).
+template <typename T, int N, int DER>
+struct FoldedLineTaps {
+  int64_t off_[N];
+  T w_[N];
+  T dw_[DER >= 1 ? N : 1];
+  T ddw_[DER >= 2 ? N : 1];
+  unsigned valid;  // bit k: tap k reads the source
+  static constexpr bool kFixed = true;
+  NJ_HD static constexpr int count() { return N; }
+  NJ_HD NJ_INLINE bool ok(int k) const { return (valid >> k) & 1u; }
+  NJ_HD NJ_INLINE int64_t off(int k) const { return off_[k]; }
+  NJ_HD NJ_INLINE T w(int k) const { return w_[k]; }
+  NJ_HD NJ_INLINE T dw(int k) const { return dw_[k]; }
+  NJ_HD NJ_INLINE T ddw(int k) const { return ddw_[k]; }
+};
+
+// Fill a FoldedLineTaps of order O for coordinate x on a dimension of size n; false when no tap
+// reads the source (the point reads zero).
+template <int O, int DER, typename T>
+NJ_HD NJ_INLINE bool folded_line_taps(T x, int64_t n, int bound, int64_t stride,
+                                      FoldedLineTaps<T, O + 1, DER>& t) {
+  T w[O + 1], dw[O + 1], ddw[O + 1];
+  const int64_t i0 = spline_taps_at<O, DER>(x, w, dw, ddw);
+  t.valid = 0;
+  for (int k = 0; k <= O; ++k) {
+    int s;
+    const int64_t j = fold_index(i0 + k, n, bound, s);
+    const T sign = static_cast<T>(s);
+    t.off_[k] = s != 0 ? j * stride : 0;
+    t.w_[k] = sign * w[k];
+    if (DER >= 1) t.dw_[k] = sign * dw[k];
+    if (DER >= 2) t.ddw_[k] = sign * ddw[k];
+    t.valid |= (s != 0 ? 1u : 0u) << k;
+  }
+  return t.valid != 0;
 }
 
 // Fill a folded tap list of order O for coordinate x on a dimension of size n (n >= 1).

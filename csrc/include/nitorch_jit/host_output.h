@@ -31,9 +31,11 @@ inline void advise_huge_pages(void* data, int64_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   constexpr uintptr_t kHuge = uintptr_t(1) << 21;
   if (bytes < (int64_t(32) << 20) || !tuning::get(tuning::kHugePages)) return;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(bytes)) & ~(kHuge - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // advice only
+  const uintptr_t p = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t begin = (p + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (p + static_cast<uintptr_t>(bytes)) & ~(kHuge - 1);
+  if (end > begin)  // advice only: a refusal changes nothing
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 #else
   (void)data, (void)bytes;
 #endif
