@@ -426,7 +426,8 @@ struct Pull2dCubicAvx2 {
 // point (two 64-bit loads, then a transpose to one vector per tap), the grid gradient
 // contracted with the incoming gradient in vector registers, and the 4 scatter adds of each
 // interior point in scalar code (points of one block may share voxels), in the order of the
-// scalar path (point by point, so the same sums up to rounding). Op is PullBackOp (push_cpu.cpp) adding plainly into op.out.
+// scalar path (point by point, so the same sums up to rounding). Op is PullBackOp
+// (push_cpu.cpp) adding plainly into op.out.
 template <class Op>
 struct PullBack2dAvx2 {
   const Geom& G;
