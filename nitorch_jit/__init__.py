@@ -17,11 +17,12 @@ from .ops.solvers import (  # noqa: E402
     solve_grid_fmg,
 )
 from .ops.splinc import spline_coeff, spline_coeff_nd  # noqa: E402
+from .ops.tuning import empty_cache  # noqa: E402
 
 __all__ = ["BoundType", "InterpolationType", "affine_grid", "affine_pull", "affine_push",
-           "compiled_backend", "count", "grid_count", "grid_grad", "grid_pull", "grid_push",
-           "identity_grid", "prolong", "pull", "push", "regulariser", "regulariser_grid",
-           "reslice", "resize", "resize_grid", "restrict", "solve_field",
+           "compiled_backend", "count", "empty_cache", "grid_count", "grid_grad", "grid_pull",
+           "grid_push", "identity_grid", "prolong", "pull", "push", "regulariser",
+           "regulariser_grid", "reslice", "resize", "resize_grid", "restrict", "solve_field",
            "solve_field_closedform", "solve_field_fmg", "solve_grid", "solve_grid_closedform",
            "solve_grid_fmg", "spline_coeff", "spline_coeff_nd"]
 

@@ -129,17 +129,20 @@ def test_tuning_knobs_reach_every_loaded_library(knobs):
     paths = [backend.load_module(m, "cpu") for m in ("pushpull", "regsolve", "splinc", "resize")]
     for path in paths:
         assert tuning.library_values(path) == {k: int(v) for k, v in tuning.current().items()}
-    with tuning.override(push_buffer_mb=7, avx2=False, cuda_tiles=False, huge_pages=True):
+    with tuning.override(push_buffer_mb=7, avx2=False, cuda_tiles=False, huge_pages=True,
+                         output_cache_mb=3):
         for path in paths:
             got = tuning.library_values(path)
-            assert (got["push_buffer_mb"], got["avx2"], got["cuda_tiles"], got["huge_pages"]) == (
-                7, 0, 0, 1)
+            assert (got["push_buffer_mb"], got["avx2"], got["cuda_tiles"], got["huge_pages"],
+                    got["output_cache_mb"]) == (7, 0, 0, 1, 3)
     for path in paths:
         assert tuning.library_values(path) == {k: int(v) for k, v in tuning.current().items()}
     with pytest.raises(ValueError, match="unknown tuning knob"):
         knobs(tiles=False)
     with pytest.raises(TypeError, match="push_buffer_mb"):
         knobs(push_buffer_mb=-1)
+    with pytest.raises(TypeError, match="output_cache_mb"):
+        knobs(output_cache_mb=1.5)
 
 
 def test_huge_page_outputs_same_values(knobs):
@@ -156,3 +159,57 @@ def test_huge_page_outputs_same_values(knobs):
                    nj.spline_coeff_nd(x, 3, dim=3))
     for a, b in zip(ref[True], ref[False]):
         assert a.nbytes >= 32 << 20 and torch.equal(a, b)
+
+
+def _rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the block cache is Linux's")
+def test_output_cache_reuses_blocks_and_empty_cache_returns_them(knobs):
+    """Freed CPU outputs of >= 32 MiB are kept (output_cache_mb) and the next output of that
+    size reuses the block: pull, push (zeroed first: stale data must not leak in) and the
+    prefilter give the same values with the cache on and off; a cached output resizes like any
+    tensor; nitorch_jit.empty_cache() gives the blocks back (RSS falls) and leaves live outputs
+    alone."""
+    import nitorch_jit as nj
+    x = torch.randn(1, 2, 96, 96, 480)
+    grid = nj.affine_grid(torch.eye(3, 4) * 0.9, [96, 96, 480])[None]
+
+    def run():
+        return (nj.grid_pull(x, grid, 1), nj.grid_push(x, grid, [96, 96, 480], 1),
+                nj.spline_coeff_nd(x, 3, dim=3))
+    knobs(output_cache_mb=0)
+    ref = run()
+    rss = _rss_mib()
+    del ref
+    assert _rss_mib() < rss - 60  # without the cache, freed blocks go back at once
+    ref = run()
+    knobs(output_cache_mb=512)
+    first = run()
+    for t in first:  # stale data in the blocks that come back
+        t.fill_(7.0)
+    rss = _rss_mib()
+    del first
+    assert _rss_mib() > rss - 20  # kept
+    again = run()
+    assert _rss_mib() < rss + 20  # and reused: no new memory
+    for a, b in zip(again, ref):
+        assert a.nbytes >= 32 << 20 and torch.equal(a, b)
+    keep = again[0]
+    keep_ref = keep.clone()
+    grown = again[1]
+    grown.resize_(2 * grown.numel())  # leaves the block for the default allocator
+    assert torch.equal(grown[:ref[1].numel()], ref[1].reshape(-1))
+    del again, grown
+    rss = _rss_mib()
+    nj.empty_cache()
+    assert _rss_mib() < rss - 60  # the freed blocks, 34 MiB each, given back
+    assert torch.equal(keep, keep_ref)  # a live output is untouched
+    assert tuning_value("output_cache_mb") == 512  # the budget is back
+
+
+def tuning_value(name):
+    from nitorch_jit.ops import tuning
+    return tuning.current()[name]

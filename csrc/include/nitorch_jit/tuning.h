@@ -18,6 +18,7 @@ enum Knob : int {
   kCudaIndex32,       // CUDA: 32-bit offsets allowed where they fit
   kPushBufferMB,      // CPU push: MiB of private per-thread outputs before atomics
   kHugePages,         // CPU: transparent huge pages advised for large outputs (opt-in; host_output.h)
+  kOutputCacheMB,     // CPU: MiB of freed large outputs kept for reuse, per library (host_output.h)
   kNumKnobs
 };
 
@@ -27,11 +28,20 @@ enum Knob : int {
 __attribute__((visibility("hidden")))
 #endif
 inline std::atomic<int64_t>* values() {
-  static std::atomic<int64_t> v[kNumKnobs] = {{1}, {0}, {1}, {1}, {256}, {0}};
+  static std::atomic<int64_t> v[kNumKnobs] = {{1}, {0}, {1}, {1}, {256}, {0}, {0}};
   return v;
 }
 
 inline int64_t get(Knob k) { return values()[k].load(std::memory_order_relaxed); }
+
+// Run after every change of the knobs, when set (host_output.h: trims its cache to the budget).
+#if defined(__GNUC__)
+__attribute__((visibility("hidden")))
+#endif
+inline std::atomic<void (*)()>& on_change() {
+  static std::atomic<void (*)()> hook{nullptr};
+  return hook;
+}
 
 }  // namespace tuning
 }  // namespace nitorch_jit
@@ -45,6 +55,7 @@ inline int64_t get(Knob k) { return values()[k].load(std::memory_order_relaxed);
       const int64_t* v, int64_t n) {                                                    \
     for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
       nitorch_jit::tuning::values()[k].store(v[k], std::memory_order_relaxed);          \
+    if (auto hook = nitorch_jit::tuning::on_change().load()) hook();                    \
     return nitorch_jit::tuning::kNumKnobs;                                              \
   }                                                                                     \
   extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_get_tuning(     \
