@@ -9,6 +9,8 @@ scalar path, one by one) against two references: the pure-PyTorch twin
 extrapolate on and off, points out of range, NaN / inf / huge coordinates, rows that are not a
 multiple of 8 points, non-contiguous grids (gathered coordinates), incoming gradients and inputs
 (the latter declines the fast path), 1 / 3 / 8 channels, batches and a broadcast input batch.
+Extrapolated dct1 / dct2 pulls fold points outside the source into it in the vector path: checked
+far outside, on mirror points and period boundaries, and shown to be taken.
 The scatter of a batch of several images splits whole images among threads (no private copies):
 its result does not depend on the thread count at all.
 """
