@@ -272,8 +272,9 @@ def test_batch_split_scatter_thread_independent(C, op):
 
 def far_coords(shape_out, shape_in, dtype, seed=0):
     """[1, *shape_out, D] coordinates mostly far outside the source ([-3n, 4n]), then on every
-    dim the mirror points and period boundaries of dct1 and dct2, integers, values whose
-    x + 1/2 rounds, values near the fold's limit 2^22 and non-finite ones."""
+    dim the mirror points and period boundaries of dct1 and dct2, linear dct2's flat parts,
+    integers, values whose x + 1/2 rounds, values near the fold's limit 2^22 and non-finite
+    ones."""
     gen = torch.Generator().manual_seed(seed)
     D = len(shape_in)
     n = torch.tensor(shape_in, dtype=F64)
@@ -281,7 +282,7 @@ def far_coords(shape_out, shape_in, dtype, seed=0):
     flat = g.view(-1, D)
     for d in range(D):
         m = shape_in[d]
-        special = [-0.5, m - 0.5, -1, 2 * m - 0.5, 2 * m - 1.5, -2 * m - 0.5, 0, m - 1,
+        special = [-0.5, m - 0.5, -1, 2 * m - 0.5, -0.25, -0.75, m - 0.75, m - 0.25, 2 * m - 1.5, -2 * m - 0.5, 0, m - 1,
                    2 * m - 2, -(m - 1), 3 * m - 3, -3, 4 * m, 2 ** 21 - 0.125, 3e6 + 0.25,
                    -2.5e6 - 0.75, 2 ** 22 + 1, -(2 ** 22), 1e20, float("nan"), float("inf"),
                    -float("inf")]

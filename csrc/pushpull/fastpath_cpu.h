@@ -141,13 +141,14 @@ NJ_AVX2 void coords4x3(const AffineRow<double>& r, int64_t l, __m128i lane, __m2
 // source (the scalar path costs ~25 vector points). The fold is exact: t = |x - c0| is checked
 // to be exact, q p is an integer below 2^23, t - q p is exact (Sterbenz) even when the rounded
 // quotient q is one off (the abs and min then still give the fold), and r + c0 is exact. Lanes
-// with x - c0 inexact, |x - c0| >= 2^22 or NaN keep their coordinate. Not for gradients with
-// respect to the grid: they would need the fold's sign.
+// with x - c0 inexact, |x - c0| >= 2^22 or NaN keep their coordinate. Linear dct2 is then
+// clamped off its flat parts (bounds.h, mirror_flat), which the vector path could not take. Not
+// for gradients with respect to the grid: they would need the fold's sign.
 template <typename T>
 struct MirrorFold {
   using V = std::conditional_t<std::is_same_v<T, float>, __m256, __m256d>;
   bool on[3] = {false, false, false};
-  T c0[3], p[3], inv_p[3], top[3];  // top: c0 + h
+  T c0[3], p[3], inv_p[3], lo[3], hi[3];  // [lo, hi]: [c0, c0 + h] less the flat parts
 
   MirrorFold(const Geom& G, bool enable) {
     if (!enable || !G.extrapolate) return;  // not extrapolating: points outside read zero
@@ -159,7 +160,9 @@ struct MirrorFold {
       c0[k] = static_cast<T>(c);
       p[k] = static_cast<T>(2 * h);
       inv_p[k] = T(1) / p[k];
-      top[k] = static_cast<T>(c + static_cast<double>(h));
+      const double flat = mirror_flat(G.bound[k], G.order[k]);
+      lo[k] = static_cast<T>(c + flat);
+      hi[k] = static_cast<T>(c + static_cast<double>(h) - flat);
     }
   }
 
@@ -167,8 +170,8 @@ struct MirrorFold {
     if (!on[k]) return x;
     const V d = x - c0[k], t = abs(d);
     const V m = t - floor(t * inv_p[k]) * p[k];
-    const V y = min(abs(m), abs(p[k] - m)) + c0[k];
-    const V outside = bor(cmp<_CMP_LT_OQ>(x, splat(c0[k])), cmp<_CMP_GT_OQ>(x, splat(top[k])));
+    const V y = min(max(min(abs(m), abs(p[k] - m)) + c0[k], splat(lo[k])), splat(hi[k]));
+    const V outside = bor(cmp<_CMP_LT_OQ>(x, splat(lo[k])), cmp<_CMP_GT_OQ>(x, splat(hi[k])));
     const V exact = band(cmp<_CMP_LT_OQ>(t, splat(T(1 << 22))), cmp<_CMP_EQ_OQ>(d + c0[k], x));
     return blend(x, y, band(outside, exact));
   }
@@ -186,6 +189,8 @@ struct MirrorFold {
   NJ_AVX2 static __m256d floor(__m256d a) { return _mm256_floor_pd(a); }
   NJ_AVX2 static __m256 min(__m256 a, __m256 b) { return _mm256_min_ps(a, b); }
   NJ_AVX2 static __m256d min(__m256d a, __m256d b) { return _mm256_min_pd(a, b); }
+  NJ_AVX2 static __m256 max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+  NJ_AVX2 static __m256d max(__m256d a, __m256d b) { return _mm256_max_pd(a, b); }
   NJ_AVX2 static __m256 band(__m256 a, __m256 b) { return _mm256_and_ps(a, b); }
   NJ_AVX2 static __m256d band(__m256d a, __m256d b) { return _mm256_and_pd(a, b); }
   NJ_AVX2 static __m256 bor(__m256 a, __m256 b) { return _mm256_or_ps(a, b); }

@@ -87,4 +87,11 @@ NJ_HD inline bool mirror_fold(int bound, int64_t n, double& c0, int64_t& h) {
   return false;
 }
 
+// Linear interpolation with dct2 is moreover flat within 1/2 of the mirror points (both taps
+// read the same coefficient there): f = c[0] on [-1, 0] and c[n-1] on [n-1, n]. The half-width
+// of that flat part, which a folded coordinate may be clamped by (0: none).
+NJ_HD inline double mirror_flat(int bound, int order) {
+  return bound == kDCT2 && order == 1 ? 0.5 : 0.0;
+}
+
 }  // namespace nitorch_jit
