@@ -168,10 +168,11 @@ struct MirrorFold {
 
   __attribute__((target("avx2,fma"), always_inline)) inline V operator()(int k, V x) const {
     if (!on[k]) return x;
+    const V outside = bor(cmp<_CMP_LT_OQ>(x, splat(lo[k])), cmp<_CMP_GT_OQ>(x, splat(hi[k])));
+    if (!any(outside)) return x;  // most blocks (folding all cost an order-3 pull ~15%)
     const V d = x - c0[k], t = abs(d);
     const V m = t - floor(t * inv_p[k]) * p[k];
     const V y = min(max(min(abs(m), abs(p[k] - m)) + c0[k], splat(lo[k])), splat(hi[k]));
-    const V outside = bor(cmp<_CMP_LT_OQ>(x, splat(lo[k])), cmp<_CMP_GT_OQ>(x, splat(hi[k])));
     const V exact = band(cmp<_CMP_LT_OQ>(t, splat(T(1 << 22))), cmp<_CMP_EQ_OQ>(d + c0[k], x));
     return blend(x, y, band(outside, exact));
   }
@@ -183,6 +184,8 @@ struct MirrorFold {
   NJ_AVX2 static __m256 cmp(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, P); }
   template <int P>
   NJ_AVX2 static __m256d cmp(__m256d a, __m256d b) { return _mm256_cmp_pd(a, b, P); }
+  NJ_AVX2 static bool any(__m256 m) { return _mm256_movemask_ps(m) != 0; }
+  NJ_AVX2 static bool any(__m256d m) { return _mm256_movemask_pd(m) != 0; }
   NJ_AVX2 static __m256 abs(__m256 a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), a); }
   NJ_AVX2 static __m256d abs(__m256d a) { return _mm256_andnot_pd(_mm256_set1_pd(-0.), a); }
   NJ_AVX2 static __m256 floor(__m256 a) { return _mm256_floor_ps(a); }
