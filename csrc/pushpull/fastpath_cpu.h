@@ -138,8 +138,8 @@ NJ_AVX2 void coords4x3(const AffineRow<double>& r, int64_t l, __m128i lane, __m2
 // The mirror fold (bounds.h, mirror_fold) of extrapolated coordinates, lane by lane (T: float or
 // double): a pull's lane outside [c0, c0 + h] on a dct1 / dct2 dim moves to the point of that
 // range with the same value, so that the vector path takes most of the points outside the
-// source (the scalar path costs ~25 vector points). The fold is exact: t = |x - c0| is checked
-// to be exact, q p is an integer below 2^23, t - q p is exact (Sterbenz) even when the rounded
+// source instead of the much slower scalar path. The fold is exact: x - c0 is checked to be
+// exact, q p is an integer below 2^23, t - q p is exact (Sterbenz) even when the rounded
 // quotient q is one off (the abs and min then still give the fold), and r + c0 is exact. Lanes
 // with x - c0 inexact, |x - c0| >= 2^22 or NaN keep their coordinate. Linear dct2 is then
 // clamped off its flat parts (bounds.h, mirror_flat), which the vector path could not take. Not
@@ -453,7 +453,8 @@ struct Pull2dLinearAvx2 {
 
 // grid_pull, 2-D, order 3: per block the cubic weights in vector lanes; per channel the 4 taps
 // of each of the 4 source rows as two pair gathers, contracted without FMAs, in the scalar
-// path's order: this path rounds exactly as the scalar one (a test holds it to that).
+// path's order: this path rounds exactly as the scalar one (a test holds it to that), but for
+// mirror-folded points (their weights are those of 1 - u, in reverse order).
 template <class Op>
 struct Pull2dCubicAvx2 {
   const Geom& G;
