@@ -114,6 +114,29 @@ def test_equals_grid_pull_float32_interior(D, order, knobs):
         torch.testing.assert_close(got, scalar, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("D,order,dtype", [(2, 1, F32), (2, 3, F32), (3, 1, F32), (3, 3, F32),
+                                           (3, 1, F64), (3, 3, F64)])
+def test_equals_grid_pull_mirror_fold(D, order, dtype, knobs):
+    """Extrapolated dct1 / dct2 pulls whose points lie mostly far outside the source (a zoom out
+    by ~4, offset): the fast paths fold them into the source (fastpath_cpu.h, MirrorFold), in
+    affine_pull as in grid_pull: bit for bit equal on the materialised grid, and equal to the
+    scalar path to rounding."""
+    src, out = [11, 9, 14][-D:], [13, 12, 40][-D:]
+    x = randn(2, 3, *src, dtype=dtype)
+    A = matrix(D, (2,), scale=3.0, seed=5)
+    A[..., -1] = -2.0 * torch.tensor(src, dtype=F64)
+    A = A.to(dtype)
+    for bound in ("dct1", "dct2"):
+        want = grid_pull(x, affine_grid(A, out), order, bound, True)
+        got = affine_pull(x, A, out, order, bound, True)
+        assert torch.equal(got, want), (bound, (got - want).abs().max())
+        knobs(avx2=False)
+        scalar = affine_pull(x, A, out, order, bound, True)
+        knobs(avx2=True)
+        tol = 1e-5 if dtype == F32 else 1e-10
+        assert (got - scalar).abs().max() <= tol * x.abs().max(), bound
+
+
 def test_default_shape_and_half():
     x = randn(1, 6, 7)
     A = matrix(2, seed=2)

@@ -9,6 +9,8 @@ scalar path, one by one) against two references: the pure-PyTorch twin
 extrapolate on and off, points out of range, NaN / inf / huge coordinates, rows that are not a
 multiple of 8 points, non-contiguous grids (gathered coordinates), incoming gradients and inputs
 (the latter declines the fast path), 1 / 3 / 8 channels, batches and a broadcast input batch.
+Extrapolated dct1 / dct2 pulls fold points outside the source into it in the vector path: checked
+far outside, on mirror points and period boundaries, and shown to be taken.
 The scatter of a batch of several images splits whole images among threads (no private copies):
 its result does not depend on the thread count at all.
 """
@@ -266,6 +268,68 @@ def test_batch_split_scatter_thread_independent(C, op):
         one, two = (one,), (two,)
     for a, b in zip(one, two):
         assert torch.equal(a, b)
+
+
+def far_coords(shape_out, shape_in, dtype, seed=0):
+    """[1, *shape_out, D] coordinates mostly far outside the source ([-3n, 4n]), then on every
+    dim the mirror points and period boundaries of dct1 and dct2, linear dct2's flat parts,
+    integers, values whose x + 1/2 rounds, values near the fold's limit 2^22 and non-finite
+    ones."""
+    gen = torch.Generator().manual_seed(seed)
+    D = len(shape_in)
+    n = torch.tensor(shape_in, dtype=F64)
+    g = (torch.rand([1, *shape_out, D], generator=gen, dtype=F64) * 7 - 3) * n
+    flat = g.view(-1, D)
+    for d in range(D):
+        m = shape_in[d]
+        special = [-0.5, m - 0.5, -1, 2 * m - 0.5, -0.25, -0.75, m - 0.75, m - 0.25, 2 * m - 1.5, -2 * m - 0.5, 0, m - 1,
+                   2 * m - 2, -(m - 1), 3 * m - 3, -3, 4 * m, 2 ** 21 - 0.125, 3e6 + 0.25,
+                   -2.5e6 - 0.75, 2 ** 22 + 1, -(2 ** 22), 1e20, float("nan"), float("inf"),
+                   -float("inf")]
+        special = torch.tensor(special, dtype=F64)
+        rows = torch.randperm(flat.shape[0], generator=gen)[: len(special)]
+        flat[rows, d] = special
+    return g.to(dtype)
+
+
+@pytest.mark.parametrize("D,order,dtype", [(2, 1, F32), (2, 3, F32), (3, 1, F32), (3, 3, F32),
+                                           (3, 1, F64), (3, 3, F64)])
+@pytest.mark.parametrize("bound", ["dct1", "dct2", "dst2"])
+def test_pull_mirror_fold_far_outside(C, TORCH, D, order, dtype, bound):
+    """Extrapolated pulls fold coordinates on dct1 / dct2 dims into the source (MirrorFold in
+    fastpath_cpu.h) and take them in the vector path: equal to the scalar path to rounding,
+    far outside, on the mirror points and period boundaries, and for NaN / inf / huge values
+    (dst2: no fold, the control)."""
+    b = BOUNDS.index(bound)
+    S, O = ((9, 13), (12, 37)) if D == 2 else ((5, 6, 7), (4, 5, 37))
+    tol = 1e-5 if dtype == F32 else 1e-10
+    img = data(2, 3, *S).to(dtype)
+    grid = far_coords(O, S, dtype).expand(2, *O, D)
+    args = ([order] * D, [b] * D, True)
+    for g in (grid.contiguous(), grid.movedim(-1, 1).contiguous().movedim(1, -1)):
+        out = C.grid_pull(img, g, *args)
+        assert_close(out, scalar_path(lambda: C.grid_pull(img, g, *args)), tol)
+        keep = finite_points(g)[:, None]
+        ref = TORCH.grid_pull(img.double(), g.double(), *args)
+        assert_close(torch.where(keep, out, 0), torch.where(keep, ref.to(dtype), 0), tol)
+
+
+@pytest.mark.skipif(not has_avx2(), reason="no AVX2 + FMA on this CPU")
+def test_mirror_fold_taken(C):
+    """The vector paths take the folded points outside the source: they round differently from
+    the scalar path there (the FMA paths, and the 2-D order-3 one that rounds as the scalar path
+    inside: a mirrored point's weights are those of 1 - u, in reverse order)."""
+    for D, order, dtype in [(2, 1, F32), (2, 3, F32), (3, 1, F32), (3, 3, F32), (3, 1, F64),
+                            (3, 3, F64)]:
+        S = (40, 40, 40)[:D]
+        img = data(1, 1, *S).to(dtype)
+        g = far_coords((6, 64) if D == 2 else (2, 3, 64), S, dtype)
+        out_pts = ((g < -1) | (g > 41)).any(-1)[:, None] & finite_points(g)[:, None]
+        for bound in (1, 2):
+            args = ([order] * D, [bound] * D, True)
+            fast = C.grid_pull(img, g, *args)[out_pts]
+            slow = scalar_path(lambda: C.grid_pull(img, g, *args))[out_pts]
+            assert (fast != slow).float().mean() > 0.1, (D, order, dtype, bound)
 
 
 @pytest.mark.skipif(not has_avx2(), reason="no AVX2 + FMA on this CPU")

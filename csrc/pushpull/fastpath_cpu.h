@@ -12,7 +12,9 @@
 // the 3-D order-1 pull was slower than the scalar code). Weights are computed once per point
 // and reused by every channel. A point whose support leaves the source (out of range,
 // non-finite) is redone by the scalar fast path, which applies the bound and extrapolate rules;
-// with extrapolate off, points outside the field of view read zero in the vector path.
+// with extrapolate off, points outside the field of view read zero in the vector path. With
+// extrapolate on, the pulls first fold coordinates on dct1 / dct2 dims into the source
+// (MirrorFold), so that only points near its border remain for the scalar path.
 #pragma once
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -133,6 +135,75 @@ NJ_AVX2 void coords4x3(const AffineRow<double>& r, int64_t l, __m128i lane, __m2
   for (int k = 0; k < 3; ++k) x[k] = coords4(r, k, l, lane);
 }
 
+// The mirror fold (bounds.h, mirror_fold) of extrapolated coordinates, lane by lane (T: float or
+// double): a pull's lane outside [c0, c0 + h] on a dct1 / dct2 dim moves to the point of that
+// range with the same value, so that the vector path takes most of the points outside the
+// source instead of the much slower scalar path. The fold is exact: x - c0 is checked to be
+// exact, q p is an integer below 2^23, t - q p is exact (Sterbenz) even when the rounded
+// quotient q is one off (the abs and min then still give the fold), and r + c0 is exact. Lanes
+// with x - c0 inexact, |x - c0| >= 2^22 or NaN keep their coordinate. Linear dct2 is then
+// clamped off its flat parts (bounds.h, mirror_flat), which the vector path could not take. Not
+// for gradients with respect to the grid: they would need the fold's sign.
+template <typename T>
+struct MirrorFold {
+  using V = std::conditional_t<std::is_same_v<T, float>, __m256, __m256d>;
+  bool on[3] = {false, false, false};
+  T c0[3], p[3], inv_p[3], lo[3], hi[3];  // [lo, hi]: [c0, c0 + h] less the flat parts
+
+  MirrorFold(const Geom& G, bool enable) {
+    if (!enable || !G.extrapolate) return;  // not extrapolating: points outside read zero
+    for (int k = 3 - G.D; k < 3; ++k) {
+      double c;
+      int64_t h;
+      if (!mirror_fold(G.bound[k], G.src[k], c, h) || h > (int64_t(1) << 20)) continue;
+      on[k] = true;
+      c0[k] = static_cast<T>(c);
+      p[k] = static_cast<T>(2 * h);
+      inv_p[k] = T(1) / p[k];
+      const double flat = mirror_flat(G.bound[k], G.order[k]);
+      lo[k] = static_cast<T>(c + flat);
+      hi[k] = static_cast<T>(c + static_cast<double>(h) - flat);
+    }
+  }
+
+  __attribute__((target("avx2,fma"), always_inline)) inline V operator()(int k, V x) const {
+    if (!on[k]) return x;
+    const V outside = bor(cmp<_CMP_LT_OQ>(x, splat(lo[k])), cmp<_CMP_GT_OQ>(x, splat(hi[k])));
+    if (!any(outside)) return x;  // most blocks (folding all cost an order-3 pull ~15%)
+    const V d = x - c0[k], t = abs(d);
+    const V m = t - floor(t * inv_p[k]) * p[k];
+    const V y = min(max(min(abs(m), abs(p[k] - m)) + c0[k], splat(lo[k])), splat(hi[k]));
+    const V exact = band(cmp<_CMP_LT_OQ>(t, splat(T(1 << 22))), cmp<_CMP_EQ_OQ>(d + c0[k], x));
+    return blend(x, y, band(outside, exact));
+  }
+
+ private:
+  NJ_AVX2 static __m256 splat(float a) { return _mm256_set1_ps(a); }
+  NJ_AVX2 static __m256d splat(double a) { return _mm256_set1_pd(a); }
+  template <int P>
+  NJ_AVX2 static __m256 cmp(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, P); }
+  template <int P>
+  NJ_AVX2 static __m256d cmp(__m256d a, __m256d b) { return _mm256_cmp_pd(a, b, P); }
+  NJ_AVX2 static bool any(__m256 m) { return _mm256_movemask_ps(m) != 0; }
+  NJ_AVX2 static bool any(__m256d m) { return _mm256_movemask_pd(m) != 0; }
+  NJ_AVX2 static __m256 abs(__m256 a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), a); }
+  NJ_AVX2 static __m256d abs(__m256d a) { return _mm256_andnot_pd(_mm256_set1_pd(-0.), a); }
+  NJ_AVX2 static __m256 floor(__m256 a) { return _mm256_floor_ps(a); }
+  NJ_AVX2 static __m256d floor(__m256d a) { return _mm256_floor_pd(a); }
+  NJ_AVX2 static __m256 min(__m256 a, __m256 b) { return _mm256_min_ps(a, b); }
+  NJ_AVX2 static __m256d min(__m256d a, __m256d b) { return _mm256_min_pd(a, b); }
+  NJ_AVX2 static __m256 max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+  NJ_AVX2 static __m256d max(__m256d a, __m256d b) { return _mm256_max_pd(a, b); }
+  NJ_AVX2 static __m256 band(__m256 a, __m256 b) { return _mm256_and_ps(a, b); }
+  NJ_AVX2 static __m256d band(__m256d a, __m256d b) { return _mm256_and_pd(a, b); }
+  NJ_AVX2 static __m256 bor(__m256 a, __m256 b) { return _mm256_or_ps(a, b); }
+  NJ_AVX2 static __m256d bor(__m256d a, __m256d b) { return _mm256_or_pd(a, b); }
+  NJ_AVX2 static __m256 blend(__m256 a, __m256 b, __m256 m) { return _mm256_blendv_ps(a, b, m); }
+  NJ_AVX2 static __m256d blend(__m256d a, __m256d b, __m256d m) {
+    return _mm256_blendv_pd(a, b, m);
+  }
+};
+
 // The points a vector block cannot take go through the scalar fast path one by one (it applies
 // the bound and extrapolate rules). Out of line: keeps the vector loops' registers free.
 template <int O, int DIM, int DER, class Op, typename T = float>
@@ -193,15 +264,17 @@ struct Block2d {
   __m256 u1, u2;     // fractional positions along internal dims 1 and 2 (natural order)
 };
 
-// Reads the coordinates of 8 consecutive points of a row (internal dims 1, 2) for order O.
+// Reads the coordinates of 8 consecutive points of a row (internal dims 1, 2) for order O;
+// fold: a pull's, mirror-folds extrapolated coordinates (MirrorFold).
 template <int O>
 struct Coords2d {
   bool packed;  // a contiguous [.., 2] grid: plain loads
   __m256i lane, lim1, lim2, s1;
   __m256 shift;
+  MirrorFold<float> fold;
 
-  __attribute__((target("avx2,fma"))) explicit Coords2d(const Geom& G)
-      : packed(G.gD == 1 && G.g[2] == 2) {
+  __attribute__((target("avx2,fma"))) explicit Coords2d(const Geom& G, bool fold_mirror = false)
+      : packed(G.gD == 1 && G.g[2] == 2), fold(G, fold_mirror) {
     lane = row_lanes(G);
     shift = _mm256_set1_ps(static_cast<float>((O - 1) / 2));  // first tap offset
     // interior: 0 <= i0 and i0 + O <= n - 1
@@ -228,8 +301,8 @@ struct Coords2d {
       x1 = coords8(r, 0, l, lane);
       x2 = coords8(r, 1, l, lane);
     }
-    x1 = _mm256_sub_ps(x1, shift);
-    x2 = _mm256_sub_ps(x2, shift);
+    x1 = _mm256_sub_ps(fold(1, x1), shift);
+    x2 = _mm256_sub_ps(fold(2, x2), shift);
     const __m256 f1 = _mm256_floor_ps(x1), f2 = _mm256_floor_ps(x2);
     const __m256i i1 = _mm256_cvttps_epi32(f1), i2 = _mm256_cvttps_epi32(f2);  // NaN -> INT_MIN
     const __m256i minus1 = _mm256_set1_epi32(-1);
@@ -338,7 +411,7 @@ struct Pull2dLinearAvx2 {
 
   template <class Row>
   __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
-    const Coords2d<1> coords(G);
+    const Coords2d<1> coords(G, true);
     const int64_t s1 = G.sst[1];
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.P + pt.p;
@@ -380,7 +453,8 @@ struct Pull2dLinearAvx2 {
 
 // grid_pull, 2-D, order 3: per block the cubic weights in vector lanes; per channel the 4 taps
 // of each of the 4 source rows as two pair gathers, contracted without FMAs, in the scalar
-// path's order: this path rounds exactly as the scalar one (a test holds it to that).
+// path's order: this path rounds exactly as the scalar one (a test holds it to that), but for
+// mirror-folded points (their weights are those of 1 - u, in reverse order).
 template <class Op>
 struct Pull2dCubicAvx2 {
   const Geom& G;
@@ -391,7 +465,7 @@ struct Pull2dCubicAvx2 {
 
   template <class Row>
   __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
-    const Coords2d<3> coords(G);
+    const Coords2d<3> coords(G, true);
     const int64_t s1 = G.sst[1];
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.P + pt.p;
@@ -512,8 +586,10 @@ struct Coords3d {
   __m256i lane, lim[3], st[3];
   bool clip;  // extrapolate off: points outside [-tol, n - 1 + tol] read zero (CoordRule)
   __m256 lo, hi[3];
+  MirrorFold<float> fold;  // a pull's (fold_mirror): extrapolated coordinates mirror-folded
 
-  __attribute__((target("avx2,fma"))) explicit Coords3d(const Geom& G) : clip(!G.extrapolate) {
+  __attribute__((target("avx2,fma"))) explicit Coords3d(const Geom& G, bool fold_mirror = false)
+      : clip(!G.extrapolate), fold(G, fold_mirror) {
     lane = row_lanes(G);
     const CoordRule<float> rule(G, 3);
     lo = _mm256_set1_ps(rule.lo);
@@ -532,7 +608,7 @@ struct Coords3d {
     __m256 xs[3];
     coords8x3(r, l, lane, xs);
     for (int k = 0; k < 3; ++k) {
-      const __m256 x = xs[k];
+      const __m256 x = fold(k, xs[k]);
       const __m256 f = _mm256_floor_ps(x);
       const __m256i i = _mm256_cvttps_epi32(f);  // NaN, huge -> INT_MIN: not inside
       inside = _mm256_and_si256(
@@ -664,7 +740,7 @@ struct Pull3dAvx2 {
 
   template <class Row>
   __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
-    const Coords3d coords(G);
+    const Coords3d coords(G, true);
     const int64_t s0 = G.sst[0], s1 = G.sst[1];
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.P + pt.p;
@@ -888,6 +964,7 @@ struct Pull3dLinearAvx2d {
     }
     const int64_t s0 = G.sst[0], s1 = G.sst[1];
     const CoordRule<double> rule(G, 3);
+    const MirrorFold<double> fold(G, true);
     const double* ib = op.in + pt.b * op.sB;
     double* ob = op.out + pt.b * op.C * op.P + pt.p;
     const V one = _mm256_set1_pd(1.0);
@@ -901,11 +978,12 @@ struct Pull3dLinearAvx2d {
       auto inside = minus1, base = L::ivec(0);
       for (int k = 0; k < 3; ++k) {
         if (!G.extrapolate) keep = L::vand(keep, L::within(xs[k], rule.lo, rule.hi[k]));
-        const V f = L::floor(xs[k]);
+        const V x = fold(k, xs[k]);
+        const V f = L::floor(x);
         const auto i = L::to_int(f);
         inside = L::iand(inside, L::iand(L::igt(lim[k], i), L::igt(i, minus1)));
         base = L::iadd(base, L::imul(i, st[k]));
-        w[k][1] = _mm256_sub_pd(xs[k], f);
+        w[k][1] = _mm256_sub_pd(x, f);
         w[k][0] = _mm256_sub_pd(one, w[k][1]);
       }
       V wt[8];  // tap 4 a + 2 b + c, one lane per point
@@ -961,6 +1039,7 @@ struct Pull3dCubicAvx2 {
     }
     const int64_t s0 = G.sst[0], s1 = G.sst[1];
     const CoordRule<T> rule(G, 3);  // extrapolate off: points outside read zero
+    const MirrorFold<T> fold(G, true);
     const T* ib = op.in + pt.b * op.sB;
     T* ob = op.out + pt.b * op.C * op.P + pt.p;
     alignas(32) int32_t idx[N];
@@ -974,7 +1053,7 @@ struct Pull3dCubicAvx2 {
       if (!G.extrapolate)
         for (int k = 0; k < 3; ++k) keep = L::vand(keep, L::within(xs[k], rule.lo, rule.hi[k]));
       for (int k = 0; k < 3; ++k) {
-        const V x = xs[k] - T(1);  // first tap at floor(x) - 1
+        const V x = fold(k, xs[k]) - T(1);  // first tap at floor(x) - 1
         const V f = L::floor(x);
         const auto i = L::to_int(f);
         inside = L::iand(inside, L::iand(L::igt(lim[k], i), L::igt(i, minus1)));

@@ -67,4 +67,31 @@ NJ_HD inline int64_t fold_index(int64_t i, int64_t n, int bound, int& sign) {
   }
 }
 
+// The mirror bounds make the interpolated function itself even and periodic: dct2 extends the
+// coefficients as c[-1-k] = c[k] with period 2n, dct1 as c[-k] = c[k] with period 2(n - 1); as
+// the B-spline is even, f(x) = sum_k c[k] beta(x - k) of any order then satisfies
+// f(2 c0 - x) = f(x) and f(x + 2 h) = f(x), with c0 = -1/2, h = n (dct2) or c0 = 0, h = n - 1
+// (dct1). A coordinate may thus be folded onto [c0, c0 + h] before its taps are formed (the CPU
+// fast paths do, fastpath_cpu.h). False for the other bounds and for dct1 of size 1.
+NJ_HD inline bool mirror_fold(int bound, int64_t n, double& c0, int64_t& h) {
+  if (bound == kDCT2 && n >= 1) {
+    c0 = -0.5;
+    h = n;
+    return true;
+  }
+  if (bound == kDCT1 && n >= 2) {
+    c0 = 0.0;
+    h = n - 1;
+    return true;
+  }
+  return false;
+}
+
+// Linear interpolation with dct2 is moreover flat within 1/2 of the mirror points (both taps
+// read the same coefficient there): f = c[0] on [-1, 0] and c[n-1] on [n-1, n]. The half-width
+// of that flat part, which a folded coordinate may be clamped by (0: none).
+NJ_HD inline double mirror_flat(int bound, int order) {
+  return bound == kDCT2 && order == 1 ? 0.5 : 0.0;
+}
+
 }  // namespace nitorch_jit
