@@ -358,3 +358,47 @@ def test_fast_paths_taken_and_rounding(C):
     fast = C.grid_pull_backward(img, img, grid, *args)[1]
     slow = scalar_path(lambda: C.grid_pull_backward(img, img, grid, *args))[1]
     assert not torch.equal(fast, slow)
+
+
+@pytest.mark.parametrize("D,dtype", [(2, F32), (3, F32), (3, F64)])
+@pytest.mark.parametrize("bound", BOUNDS)
+@pytest.mark.parametrize("ex", [False, True])
+def test_pull_last_voxel(C, TORCH, D, dtype, bound, ex):
+    """Order-1 pulls take a coordinate exactly on the last voxel (n - 1) in the vector path, as
+    the end of cell n - 2 (LastCell in fastpath_cpu.h): equal to the scalar path and the twin
+    to rounding, and an identity grid returns the input exactly."""
+    b = BOUNDS.index(bound)
+    S = (9, 13) if D == 2 else (5, 6, 7)
+    tol = 1e-5 if dtype == F32 else 1e-10
+    img = data(2, 3, *S).to(dtype)
+    gen = torch.Generator().manual_seed(3)
+    n = torch.tensor(S, dtype=F64)
+    O = (4, 40) if D == 2 else (2, 4, 20)
+    g = torch.rand([2, *O, D], generator=gen, dtype=F64) * (n - 1)
+    pick = torch.randint(0, 3, g.shape, generator=gen)  # 0: random, 1: n - 1, 2: 0
+    g = torch.where(pick == 1, n - 1, torch.where(pick == 2, 0.0, g)).to(dtype)
+    args = ([1] * D, [b] * D, ex)
+    out = C.grid_pull(img, g, *args)
+    assert_close(out, scalar_path(lambda: C.grid_pull(img, g, *args)), tol)
+    assert_close(out, TORCH.grid_pull(img.double(), g.double(), *args).to(dtype), tol)
+    ident = nj.identity_grid(list(S), dtype=dtype)[None].expand(2, *S, D)
+    assert torch.equal(C.grid_pull(img, ident, *args), img)
+
+
+@pytest.mark.skipif(not has_avx2(), reason="no AVX2 + FMA on this CPU")
+def test_last_voxel_taken(C):
+    """Points with a coordinate exactly on the last voxel go through the 3-D vector paths: with
+    the other coordinates random, they round unlike the scalar path (before, all went scalar).
+    The 2-D order-1 path sums as the scalar one does when a weight is 0: not visible there."""
+    for D, dtype in [(3, F32), (3, F64)]:
+        S = (40, 40, 40)[:D]
+        img = data(1, 1, *S).to(dtype)
+        gen = torch.Generator().manual_seed(4)
+        O = (8, 64) if D == 2 else (2, 8, 64)
+        g = torch.rand([1, *O, D], generator=gen, dtype=F64) * 39
+        g[..., 0] = 39.0
+        g = g.to(dtype)
+        args = ([1] * D, [0] * D, True)
+        fast = C.grid_pull(img, g, *args)
+        slow = scalar_path(lambda: C.grid_pull(img, g, *args))
+        assert (fast != slow).float().mean() > 0.1, (D, dtype)

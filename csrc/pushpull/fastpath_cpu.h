@@ -135,6 +135,12 @@ NJ_AVX2 void coords4x3(const AffineRow<double>& r, int64_t l, __m128i lane, __m2
   for (int k = 0; k < 3; ++k) x[k] = coords4(r, k, l, lane);
 }
 
+// LastCell (order-1 pulls): a coordinate exactly on the last voxel, x == n - 1, is taken as the
+// end of cell n - 2 (weights 0 and 1) rather than the start of cell n - 1, whose second tap lies
+// outside: the same value, but the vector path takes it (an identity grid's last plane, row and
+// column; the flat parts of linear dct2, which MirrorFold clamps to n - 1). Not for gradients:
+// the derivative there is one-sided, and this would change its side.
+
 // The mirror fold (bounds.h, mirror_fold) of extrapolated coordinates, lane by lane (T: float or
 // double): a pull's lane outside [c0, c0 + h] on a dct1 / dct2 dim moves to the point of that
 // range with the same value, so that the vector path takes most of the points outside the
@@ -271,16 +277,22 @@ struct Coords2d {
   bool packed;  // a contiguous [.., 2] grid: plain loads
   __m256i lane, lim1, lim2, s1;
   __m256 shift;
-  MirrorFold<float> fold;
+  MirrorFold<float> fold;  // a pull's: extrapolated coordinates mirror-folded
+  bool last_cell;          // a pull's, order 1: x == n - 1 is interior (LastCell)
+  __m256 last1, last2, cell1, cell2;  // n - 1, n - 2 along dims 1, 2
 
-  __attribute__((target("avx2,fma"))) explicit Coords2d(const Geom& G, bool fold_mirror = false)
-      : packed(G.gD == 1 && G.g[2] == 2), fold(G, fold_mirror) {
+  __attribute__((target("avx2,fma"))) explicit Coords2d(const Geom& G, bool pull = false)
+      : packed(G.gD == 1 && G.g[2] == 2), fold(G, pull), last_cell(pull && O == 1) {
     lane = row_lanes(G);
     shift = _mm256_set1_ps(static_cast<float>((O - 1) / 2));  // first tap offset
     // interior: 0 <= i0 and i0 + O <= n - 1
     lim1 = _mm256_set1_epi32(static_cast<int>(G.src[1] - O));
     lim2 = _mm256_set1_epi32(static_cast<int>(G.src[2] - O));
     s1 = _mm256_set1_epi32(static_cast<int>(G.sst[1]));
+    last1 = _mm256_set1_ps(static_cast<float>(G.src[1] - 1));
+    last2 = _mm256_set1_ps(static_cast<float>(G.src[2] - 1));
+    cell1 = _mm256_set1_ps(static_cast<float>(G.src[1] - 2));
+    cell2 = _mm256_set1_ps(static_cast<float>(G.src[2] - 2));
   }
 
   template <class Row>
@@ -303,12 +315,22 @@ struct Coords2d {
     }
     x1 = _mm256_sub_ps(fold(1, x1), shift);
     x2 = _mm256_sub_ps(fold(2, x2), shift);
-    const __m256 f1 = _mm256_floor_ps(x1), f2 = _mm256_floor_ps(x2);
+    __m256 f1 = _mm256_floor_ps(x1), f2 = _mm256_floor_ps(x2);
+    __m256i in1, in2;
+    if (last_cell) {  // LastCell: x == n - 1 is the end of cell n - 2 (u = 1)
+      f1 = _mm256_min_ps(f1, cell1);  // NaN -> n - 2, but x <= n - 1 is false
+      f2 = _mm256_min_ps(f2, cell2);
+      in1 = _mm256_castps_si256(_mm256_cmp_ps(x1, last1, _CMP_LE_OQ));
+      in2 = _mm256_castps_si256(_mm256_cmp_ps(x2, last2, _CMP_LE_OQ));
+    } else {
+      in1 = _mm256_cmpgt_epi32(lim1, _mm256_cvttps_epi32(f1));
+      in2 = _mm256_cmpgt_epi32(lim2, _mm256_cvttps_epi32(f2));
+    }
     const __m256i i1 = _mm256_cvttps_epi32(f1), i2 = _mm256_cvttps_epi32(f2);  // NaN -> INT_MIN
     const __m256i minus1 = _mm256_set1_epi32(-1);
-    const __m256i inside = _mm256_and_si256(
-        _mm256_and_si256(_mm256_cmpgt_epi32(lim1, i1), _mm256_cmpgt_epi32(i1, minus1)),
-        _mm256_and_si256(_mm256_cmpgt_epi32(lim2, i2), _mm256_cmpgt_epi32(i2, minus1)));
+    const __m256i inside =
+        _mm256_and_si256(_mm256_and_si256(in1, _mm256_cmpgt_epi32(i1, minus1)),
+                         _mm256_and_si256(in2, _mm256_cmpgt_epi32(i2, minus1)));
     // lanes whose support leaves the source read voxel 0 (a safe address: every dim has
     // >= O + 1 voxels) and are redone by the scalar path
     blk.base = _mm256_and_si256(_mm256_add_epi32(_mm256_mullo_epi32(i1, s1), i2), inside);
@@ -586,10 +608,12 @@ struct Coords3d {
   __m256i lane, lim[3], st[3];
   bool clip;  // extrapolate off: points outside [-tol, n - 1 + tol] read zero (CoordRule)
   __m256 lo, hi[3];
-  MirrorFold<float> fold;  // a pull's (fold_mirror): extrapolated coordinates mirror-folded
+  MirrorFold<float> fold;  // a pull's: extrapolated coordinates mirror-folded
+  bool pull;               // a pull's: the last voxel's coordinate n - 1 is interior (LastCell)
+  __m256 last[3], cell[3];  // n - 1, n - 2
 
-  __attribute__((target("avx2,fma"))) explicit Coords3d(const Geom& G, bool fold_mirror = false)
-      : clip(!G.extrapolate), fold(G, fold_mirror) {
+  __attribute__((target("avx2,fma"))) explicit Coords3d(const Geom& G, bool pull_ = false)
+      : clip(!G.extrapolate), fold(G, pull_), pull(pull_) {
     lane = row_lanes(G);
     const CoordRule<float> rule(G, 3);
     lo = _mm256_set1_ps(rule.lo);
@@ -597,6 +621,8 @@ struct Coords3d {
       lim[k] = _mm256_set1_epi32(static_cast<int>(G.src[k] - 1));
       st[k] = _mm256_set1_epi32(static_cast<int>(G.sst[k]));
       hi[k] = _mm256_set1_ps(rule.hi[k]);
+      last[k] = _mm256_set1_ps(static_cast<float>(G.src[k] - 1));
+      cell[k] = _mm256_set1_ps(static_cast<float>(G.src[k] - 2));
     }
   }
 
@@ -609,10 +635,16 @@ struct Coords3d {
     coords8x3(r, l, lane, xs);
     for (int k = 0; k < 3; ++k) {
       const __m256 x = fold(k, xs[k]);
-      const __m256 f = _mm256_floor_ps(x);
+      __m256 f = _mm256_floor_ps(x);
+      __m256i in_k;
+      if (pull) {  // LastCell: x == n - 1 is the end of cell n - 2 (u = 1)
+        f = _mm256_min_ps(f, cell[k]);  // NaN -> n - 2, but x <= n - 1 is false
+        in_k = _mm256_castps_si256(_mm256_cmp_ps(x, last[k], _CMP_LE_OQ));
+      } else {
+        in_k = _mm256_cmpgt_epi32(lim[k], _mm256_cvttps_epi32(f));
+      }
       const __m256i i = _mm256_cvttps_epi32(f);  // NaN, huge -> INT_MIN: not inside
-      inside = _mm256_and_si256(
-          inside, _mm256_and_si256(_mm256_cmpgt_epi32(lim[k], i), _mm256_cmpgt_epi32(i, minus1)));
+      inside = _mm256_and_si256(inside, _mm256_and_si256(in_k, _mm256_cmpgt_epi32(i, minus1)));
       base = _mm256_add_epi32(base, _mm256_mullo_epi32(i, st[k]));
       blk.u[k] = _mm256_sub_ps(x, f);
     }
@@ -899,6 +931,10 @@ struct CubicLanes<double> {
   }
   NJ_AVX2 static V vand(V a, V b) { return _mm256_and_pd(a, b); }
   NJ_AVX2 static int vmask(V m) { return _mm256_movemask_pd(m); }
+  NJ_AVX2 static __m128i narrow(V m) {  // a lane mask as 4 int32 lanes
+    return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(
+        _mm256_castpd_si256(m), _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+  }
   NJ_AVX2 static void transpose(const V* w, double* wx) {
     const V t0 = _mm256_unpacklo_pd(w[0], w[1]), t1 = _mm256_unpackhi_pd(w[0], w[1]);
     const V t2 = _mm256_unpacklo_pd(w[2], w[3]), t3 = _mm256_unpackhi_pd(w[2], w[3]);
@@ -957,11 +993,8 @@ struct Pull3dLinearAvx2d {
   __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
     const auto lane = L::lanes(G);
     const auto minus1 = L::ivec(-1);
-    decltype(L::ivec(0)) lim[3], st[3];
-    for (int k = 0; k < 3; ++k) {
-      lim[k] = L::ivec(G.src[k] - 1);  // interior: 0 <= i0 and i0 + 1 <= n - 1
-      st[k] = L::ivec(G.sst[k]);
-    }
+    decltype(L::ivec(0)) st[3];
+    for (int k = 0; k < 3; ++k) st[k] = L::ivec(G.sst[k]);
     const int64_t s0 = G.sst[0], s1 = G.sst[1];
     const CoordRule<double> rule(G, 3);
     const MirrorFold<double> fold(G, true);
@@ -979,9 +1012,11 @@ struct Pull3dLinearAvx2d {
       for (int k = 0; k < 3; ++k) {
         if (!G.extrapolate) keep = L::vand(keep, L::within(xs[k], rule.lo, rule.hi[k]));
         const V x = fold(k, xs[k]);
-        const V f = L::floor(x);
+        // LastCell: x == n - 1 is the end of cell n - 2 (u = 1); NaN -> n - 2, but not inside
+        const V f = _mm256_min_pd(L::floor(x), _mm256_set1_pd(double(G.src[k] - 2)));
         const auto i = L::to_int(f);
-        inside = L::iand(inside, L::iand(L::igt(lim[k], i), L::igt(i, minus1)));
+        const V in_k = _mm256_cmp_pd(x, _mm256_set1_pd(double(G.src[k] - 1)), _CMP_LE_OQ);
+        inside = L::iand(inside, L::iand(L::narrow(in_k), L::igt(i, minus1)));
         base = L::iadd(base, L::imul(i, st[k]));
         w[k][1] = _mm256_sub_pd(x, f);
         w[k][0] = _mm256_sub_pd(one, w[k][1]);
