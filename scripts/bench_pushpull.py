@@ -15,7 +15,6 @@ import torch
 import nitorch_jit as nj
 from nitorch_jit import backend
 from nitorch_jit.bench import print_table, synthetic, timeit, voxel_to_grid_sample
-from nitorch_jit.ops import tuning
 from nitorch_jit.torch_impl import pushpull as torch_pp
 
 warnings.filterwarnings("ignore")
@@ -180,12 +179,6 @@ def bench_issue11(size2, size3, threads, repeat, rows):
                  f"{t_p / t_o:.2f}", ">= 8", f"max diff {err:.1e}"))
     rows.append((tag, "pull order 1", f"{t_o:.1f}", "(ours, 1 channel)", f"{t_1:.1f}",
                  f"{t_o / t_1:.2f}", "<= 3", "ratio = 8ch / 1ch time"))
-    # the 8-channel output (64 MiB) is one glibc maps afresh on every call: without the block
-    # cache (NI_JIT_OUTPUT_CACHE_MB) each call pays its page faults
-    with tuning.override(output_cache_mb=0):
-        t_nc = timeit(ours, repeat)
-    rows.append((tag, "pull order 1, no output cache", f"{t_nc:.1f}", "(ours, 1 channel)",
-                 f"{t_1:.1f}", f"{t_nc / t_1:.2f}", "", "fresh output: page faults each call"))
 
 
 def main():

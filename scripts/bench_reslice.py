@@ -156,7 +156,7 @@ def main():
     print("| order | nitorch_jit | peer | peer time | ratio | goal | max rel. difference |")
     print("|---|---|---|---|---|---|---|")
     for what, t, peer, pt, goal, diff in rows:
-        print(f"| {what} | {t * 1e3:.0f} ms | {peer} | {pt:.2f} s | {pt / t:.0f}× | {goal} | "
+        print(f"| {what} | {t * 1e3:.0f} ms | {peer} | {pt:.3f} s | {pt / t:.1f}× | {goal} | "
               f"{diff:.1e} |")
 
     # the command end to end: read, resample, write

@@ -402,3 +402,25 @@ def test_last_voxel_taken(C):
         fast = C.grid_pull(img, g, *args)
         slow = scalar_path(lambda: C.grid_pull(img, g, *args))
         assert (fast != slow).float().mean() > 0.1, (D, dtype)
+
+
+@pytest.mark.parametrize("order,dtype", [(1, F32), (3, F32), (1, F64), (3, F64)])
+def test_pull3d_blocks_outside(C, TORCH, order, dtype):
+    """3-D pulls with extrapolate off: blocks with no interior point are written as zeros
+    without reading the source (their points outside read 0, those on the border are redone
+    by the scalar path); rows that leave the source and come back, every bound."""
+    S = (6, 7, 9)
+    img = data(2, 3, *S).to(dtype)
+    idx = nj.identity_grid([5, 6, 64], dtype=F64)[None]
+    g = idx.clone()
+    g[..., 2] = (idx[..., 2] - 20) * 0.5 + 0.25 * idx[..., 1]  # a row crosses the source
+    g[0, 1] += 40  # a plane wholly outside
+    g = g.expand(2, *g.shape[1:]).to(dtype)
+    for b in range(len(BOUNDS)):
+        args = ([order] * 3, [b] * 3, False)
+        out = C.grid_pull(img, g, *args)
+        ref = TORCH.grid_pull(img.double(), g.double(), *args)
+        assert_close(out, ref.to(dtype), 1e-5 if dtype == F32 else 1e-10)
+        assert_close(out, scalar_path(lambda: C.grid_pull(img, g, *args)),
+                     1e-5 if dtype == F32 else 1e-10)
+        assert (out[:, :, 1] == 0).all()

@@ -780,13 +780,14 @@ struct Pull3dAvx2 {
     alignas(32) __m256 wts[kChunk][8];  // block k, point j: its 8 tap weights
     alignas(32) int32_t idx[kChunk][8];
     __m256 keep[kChunk];
-    int mask[kChunk];
+    int mask[kChunk], any_in[kChunk];
     int64_t l = 0;
     while (l + 8 <= count) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunk, (count - l) / 8));
       for (int k = 0; k < nb; ++k) {
         Block3d blk;
         coords.load(r, l + 8 * k, blk);
+        any_in[k] = blk.in_mask;
         __m256 w[3][2];
         for (int d = 0; d < 3; ++d) {
           w[d][0] = _mm256_sub_ps(one, blk.u[d]);
@@ -808,6 +809,10 @@ struct Pull3dAvx2 {
         const float* img = ib + c * op.sC;
         float* o = ob + c * op.P + l;
         for (int k = 0; k < nb; ++k) {
+          if (any_in[k] == 0) {  // no interior lane: zeros (outside) or redone by the scalar path
+            _mm256_storeu_ps(o + 8 * k, _mm256_setzero_ps());
+            continue;
+          }
           __m256 prod[8];
           for (int j = 0; j < 8; ++j)
             prod[j] = _mm256_mul_ps(trilinear_taps(img + idx[k][j], s0, s1), wts[k][j]);
@@ -853,6 +858,7 @@ struct CubicLanes<float> {
     _mm256_store_si256(reinterpret_cast<__m256i*>(p), v);
   }
   NJ_AVX2 static void store(float* p, V v) { _mm256_store_ps(p, v); }
+  NJ_AVX2 static void store_zero(float* p) { _mm256_storeu_ps(p, _mm256_setzero_ps()); }
   NJ_AVX2 static V ones() { return _mm256_castsi256_ps(_mm256_set1_epi32(-1)); }
   NJ_AVX2 static V within(V x, float lo, float hi) {  // ordered: NaN is outside
     return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lo), _CMP_GE_OQ),
@@ -924,6 +930,7 @@ struct CubicLanes<double> {
     _mm_store_si128(reinterpret_cast<__m128i*>(p), v);
   }
   NJ_AVX2 static void store(double* p, V v) { _mm256_store_pd(p, v); }
+  NJ_AVX2 static void store_zero(double* p) { _mm256_storeu_pd(p, _mm256_setzero_pd()); }
   NJ_AVX2 static V ones() { return _mm256_castsi256_pd(_mm256_set1_epi32(-1)); }
   NJ_AVX2 static V within(V x, double lo, double hi) {
     return _mm256_and_pd(_mm256_cmp_pd(x, _mm256_set1_pd(lo), _CMP_GE_OQ),
@@ -1032,7 +1039,9 @@ struct Pull3dLinearAvx2d {
       L::transpose(wt + 4, wb);
       L::store_int(idx, L::iand(base, inside));
       const int done = L::mask(inside) | (~L::vmask(keep) & 0xF);
-      for (int64_t c = 0; c < op.C; ++c) {
+      for (int64_t c = 0; c < op.C && L::mask(inside) == 0; ++c)  // zeros, or redone scalar
+        _mm256_storeu_pd(ob + c * op.P + l, _mm256_setzero_pd());
+      for (int64_t c = 0; c < op.C && L::mask(inside) != 0; ++c) {
         const double* img = ib + c * op.sC;
         V part[4];
         for (int j = 0; j < 4; ++j) {
@@ -1105,7 +1114,9 @@ struct Pull3dCubicAvx2 {
       // and are redone by the scalar path
       L::store_int(idx, L::iand(base, inside));
       const int done = L::mask(inside) | (~L::vmask(keep) & ((1 << N) - 1));
-      for (int64_t c = 0; c < op.C; ++c) {
+      for (int64_t c = 0; c < op.C && L::mask(inside) == 0; ++c)  // zeros, or redone scalar
+        L::store_zero(ob + c * op.P + l);
+      for (int64_t c = 0; c < op.C && L::mask(inside) != 0; ++c) {
         const T* img = ib + c * op.sC;
         const T* p[N];
         for (int j = 0; j < N; ++j) p[j] = img + idx[j];
