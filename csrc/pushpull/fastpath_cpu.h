@@ -761,6 +761,8 @@ struct PullBack3dAvx2 {
 // slower). Channels are the outer loop over a chunk of blocks whose weights are kept: one channel
 // at a time reads 4 source rows as streams (all channels at once: 4 C streams, more than the
 // hardware prefetchers follow; 8 channels then cost 10x one).
+constexpr int64_t kPrefetchPlaneBytes = int64_t(128) << 10;
+
 template <class Op>
 struct Pull3dAvx2 {
   static constexpr int kChunk = 16;  // blocks whose weights are kept (16 KiB)
@@ -777,6 +779,10 @@ struct Pull3dAvx2 {
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.P + pt.p;
     const __m256 one = _mm256_set1_ps(1.f);
+    // large source planes: the rows of a chunk's points are prefetched while its weights are
+    // computed (a 256 x 256 x 176 affine pull: 15 -> 13.5 ms); small ones stay in L1/L2, where
+    // the prefetches only cost (a 128^3 pull: 2.8 -> 3.2 ms)
+    const bool prefetch = G.src[1] * G.src[2] * int64_t(sizeof(float)) >= kPrefetchPlaneBytes;
     alignas(32) __m256 wts[kChunk][8];  // block k, point j: its 8 tap weights
     alignas(32) int32_t idx[kChunk][8];
     __m256 keep[kChunk];
@@ -804,6 +810,12 @@ struct Pull3dAvx2 {
         _mm256_store_si256(reinterpret_cast<__m256i*>(idx[k]), blk.base);
         keep[k] = blk.keep;
         mask[k] = blk.done;
+        if (prefetch)
+          for (int j = 0; j < 8; ++j) {
+            const float* q = ib + idx[k][j];
+            for (const float* row : {q, q + s1, q + s0, q + s0 + s1})
+              _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
+          }
       }
       for (int64_t c = 0; c < op.C; ++c) {
         const float* img = ib + c * op.sC;
@@ -1086,43 +1098,65 @@ struct Pull3dCubicAvx2 {
     const MirrorFold<T> fold(G, true);
     const T* ib = op.in + pt.b * op.sB;
     T* ob = op.out + pt.b * op.C * op.P + pt.p;
-    alignas(32) int32_t idx[N];
-    alignas(32) T wz[4 * N], wy[4 * N], wx[4 * N];
+    // as Pull3dAvx2: large source planes get the rows of a chunk's blocks prefetched (those of
+    // each block's first and last points) while the chunk's weights are computed
+    const bool prefetch = G.src[1] * G.src[2] * int64_t(sizeof(T)) >= kPrefetchPlaneBytes;
+    constexpr int kChunk = 8;  // blocks whose weights are kept
+    alignas(32) int32_t idx[kChunk][N];
+    alignas(32) T wz[kChunk][4 * N], wy[kChunk][4 * N], wx[kChunk][4 * N];
+    V keep[kChunk];
+    int done[kChunk], any_in[kChunk];
     int64_t l = 0;
-    for (; l + N <= count; l += N) {
-      auto inside = minus1, base = L::ivec(0);
-      V w[4], xs[3];
-      L::coords(r, l, lane, xs);
-      V keep = L::ones();
-      if (!G.extrapolate)
-        for (int k = 0; k < 3; ++k) keep = L::vand(keep, L::within(xs[k], rule.lo, rule.hi[k]));
-      for (int k = 0; k < 3; ++k) {
-        const V x = fold(k, xs[k]) - T(1);  // first tap at floor(x) - 1
-        const V f = L::floor(x);
-        const auto i = L::to_int(f);
-        inside = L::iand(inside, L::iand(L::igt(lim[k], i), L::igt(i, minus1)));
-        base = L::iadd(base, L::imul(i, st[k]));
-        cubic_weights<T>(V(x - f), w);
-        if (k == 2) {
-          L::transpose(w, wx);
-        } else {
-          T* dst = k == 0 ? wz : wy;
-          for (int t = 0; t < 4; ++t) L::store(dst + t * N, w[t]);
+    while (l + N <= count) {
+      const int nb = static_cast<int>(std::min<int64_t>(kChunk, (count - l) / N));
+      for (int b = 0; b < nb; ++b) {
+        auto inside = minus1, base = L::ivec(0);
+        V w[4], xs[3];
+        L::coords(r, l + N * b, lane, xs);
+        keep[b] = L::ones();
+        if (!G.extrapolate)
+          for (int k = 0; k < 3; ++k)
+            keep[b] = L::vand(keep[b], L::within(xs[k], rule.lo, rule.hi[k]));
+        for (int k = 0; k < 3; ++k) {
+          const V x = fold(k, xs[k]) - T(1);  // first tap at floor(x) - 1
+          const V f = L::floor(x);
+          const auto i = L::to_int(f);
+          inside = L::iand(inside, L::iand(L::igt(lim[k], i), L::igt(i, minus1)));
+          base = L::iadd(base, L::imul(i, st[k]));
+          cubic_weights<T>(V(x - f), w);
+          if (k == 2) {
+            L::transpose(w, wx[b]);
+          } else {
+            T* dst = k == 0 ? wz[b] : wy[b];
+            for (int t = 0; t < 4; ++t) L::store(dst + t * N, w[t]);
+          }
+        }
+        // lanes whose support leaves the source read from voxel 0 (every dim has >= 4
+        // voxels) and are redone by the scalar path
+        L::store_int(idx[b], L::iand(base, inside));
+        any_in[b] = L::mask(inside);
+        done[b] = any_in[b] | (~L::vmask(keep[b]) & ((1 << N) - 1));
+        if (prefetch && any_in[b])
+          for (const T* q : {ib + idx[b][0], ib + idx[b][N - 1]})
+            for (int z = 0; z < 4; ++z)
+              for (int y = 0; y < 4; ++y)
+                _mm_prefetch(reinterpret_cast<const char*>(q + z * s0 + y * s1), _MM_HINT_T0);
+      }
+      for (int64_t c = 0; c < op.C; ++c) {
+        const T* img = ib + c * op.sC;
+        for (int b = 0; b < nb; ++b) {
+          T* o = ob + c * op.P + l + N * b;
+          if (any_in[b] == 0) {  // zeros, or redone by the scalar path
+            L::store_zero(o);
+            continue;
+          }
+          const T* p[N];
+          for (int j = 0; j < N; ++j) p[j] = img + idx[b][j];
+          L::finish(p, s0, s1, wy[b], wz[b], wx[b], keep[b], o);
         }
       }
-      // lanes whose support leaves the source read from voxel 0 (every dim has >= 4 voxels)
-      // and are redone by the scalar path
-      L::store_int(idx, L::iand(base, inside));
-      const int done = L::mask(inside) | (~L::vmask(keep) & ((1 << N) - 1));
-      for (int64_t c = 0; c < op.C && L::mask(inside) == 0; ++c)  // zeros, or redone scalar
-        L::store_zero(ob + c * op.P + l);
-      for (int64_t c = 0; c < op.C && L::mask(inside) != 0; ++c) {
-        const T* img = ib + c * op.sC;
-        const T* p[N];
-        for (int j = 0; j < N; ++j) p[j] = img + idx[j];
-        L::finish(p, s0, s1, wy, wz, wx, keep, ob + c * op.P + l);
-      }
-      rest.template block<N>(pt, r, l, done);
+      for (int b = 0; b < nb; ++b) rest.template block<N>(pt, r, l + N * b, done[b]);
+      l += N * nb;
     }
     rest.tail(pt, r, l, count);
   }
