@@ -139,7 +139,16 @@ NJ_AVX2 void coords4x3(const AffineRow<double>& r, int64_t l, __m128i lane, __m2
 // end of cell n - 2 (weights 0 and 1) rather than the start of cell n - 1, whose second tap lies
 // outside: the same value, but the vector path takes it (an identity grid's last plane, row and
 // column; the flat parts of linear dct2, which MirrorFold clamps to n - 1). Not for gradients:
-// the derivative there is one-sided, and this would change its side.
+// the derivative there is one-sided, and this would change its side. last_cell gives the cell,
+// min(floor(x), n - 2), and the lanes with x <= n - 1 (NaN: none; its cell n - 2 is unused).
+NJ_AVX2 __m256 last_cell(__m256 x, __m256 last, __m256 cell, __m256& in) {
+  in = _mm256_cmp_ps(x, last, _CMP_LE_OQ);
+  return _mm256_min_ps(_mm256_floor_ps(x), cell);
+}
+NJ_AVX2 __m256d last_cell(__m256d x, __m256d last, __m256d cell, __m256d& in) {
+  in = _mm256_cmp_pd(x, last, _CMP_LE_OQ);
+  return _mm256_min_pd(_mm256_floor_pd(x), cell);
+}
 
 // The mirror fold (bounds.h, mirror_fold) of extrapolated coordinates, lane by lane (T: float or
 // double): a pull's lane outside [c0, c0 + h] on a dct1 / dct2 dim moves to the point of that
@@ -278,11 +287,11 @@ struct Coords2d {
   __m256i lane, lim1, lim2, s1;
   __m256 shift;
   MirrorFold<float> fold;  // a pull's: extrapolated coordinates mirror-folded
-  bool last_cell;          // a pull's, order 1: x == n - 1 is interior (LastCell)
+  bool pull_last;          // a pull's, order 1: x == n - 1 is interior (LastCell)
   __m256 last1, last2, cell1, cell2;  // n - 1, n - 2 along dims 1, 2
 
   __attribute__((target("avx2,fma"))) explicit Coords2d(const Geom& G, bool pull = false)
-      : packed(G.gD == 1 && G.g[2] == 2), fold(G, pull), last_cell(pull && O == 1) {
+      : packed(G.gD == 1 && G.g[2] == 2), fold(G, pull), pull_last(pull && O == 1) {
     lane = row_lanes(G);
     shift = _mm256_set1_ps(static_cast<float>((O - 1) / 2));  // first tap offset
     // interior: 0 <= i0 and i0 + O <= n - 1
@@ -315,14 +324,17 @@ struct Coords2d {
     }
     x1 = _mm256_sub_ps(fold(1, x1), shift);
     x2 = _mm256_sub_ps(fold(2, x2), shift);
-    __m256 f1 = _mm256_floor_ps(x1), f2 = _mm256_floor_ps(x2);
+    __m256 f1, f2;
     __m256i in1, in2;
-    if (last_cell) {  // LastCell: x == n - 1 is the end of cell n - 2 (u = 1)
-      f1 = _mm256_min_ps(f1, cell1);  // NaN -> n - 2, but x <= n - 1 is false
-      f2 = _mm256_min_ps(f2, cell2);
-      in1 = _mm256_castps_si256(_mm256_cmp_ps(x1, last1, _CMP_LE_OQ));
-      in2 = _mm256_castps_si256(_mm256_cmp_ps(x2, last2, _CMP_LE_OQ));
+    if (pull_last) {
+      __m256 m1, m2;
+      f1 = last_cell(x1, last1, cell1, m1);
+      f2 = last_cell(x2, last2, cell2, m2);
+      in1 = _mm256_castps_si256(m1);
+      in2 = _mm256_castps_si256(m2);
     } else {
+      f1 = _mm256_floor_ps(x1);
+      f2 = _mm256_floor_ps(x2);
       in1 = _mm256_cmpgt_epi32(lim1, _mm256_cvttps_epi32(f1));
       in2 = _mm256_cmpgt_epi32(lim2, _mm256_cvttps_epi32(f2));
     }
@@ -635,12 +647,14 @@ struct Coords3d {
     coords8x3(r, l, lane, xs);
     for (int k = 0; k < 3; ++k) {
       const __m256 x = fold(k, xs[k]);
-      __m256 f = _mm256_floor_ps(x);
+      __m256 f;
       __m256i in_k;
-      if (pull) {  // LastCell: x == n - 1 is the end of cell n - 2 (u = 1)
-        f = _mm256_min_ps(f, cell[k]);  // NaN -> n - 2, but x <= n - 1 is false
-        in_k = _mm256_castps_si256(_mm256_cmp_ps(x, last[k], _CMP_LE_OQ));
+      if (pull) {
+        __m256 m;
+        f = last_cell(x, last[k], cell[k], m);
+        in_k = _mm256_castps_si256(m);
       } else {
+        f = _mm256_floor_ps(x);
         in_k = _mm256_cmpgt_epi32(lim[k], _mm256_cvttps_epi32(f));
       }
       const __m256i i = _mm256_cvttps_epi32(f);  // NaN, huge -> INT_MIN: not inside
@@ -1031,10 +1045,10 @@ struct Pull3dLinearAvx2d {
       for (int k = 0; k < 3; ++k) {
         if (!G.extrapolate) keep = L::vand(keep, L::within(xs[k], rule.lo, rule.hi[k]));
         const V x = fold(k, xs[k]);
-        // LastCell: x == n - 1 is the end of cell n - 2 (u = 1); NaN -> n - 2, but not inside
-        const V f = _mm256_min_pd(L::floor(x), _mm256_set1_pd(double(G.src[k] - 2)));
+        V in_k;
+        const V f = last_cell(x, _mm256_set1_pd(double(G.src[k] - 1)),
+                              _mm256_set1_pd(double(G.src[k] - 2)), in_k);
         const auto i = L::to_int(f);
-        const V in_k = _mm256_cmp_pd(x, _mm256_set1_pd(double(G.src[k] - 1)), _CMP_LE_OQ);
         inside = L::iand(inside, L::iand(L::narrow(in_k), L::igt(i, minus1)));
         base = L::iadd(base, L::imul(i, st[k]));
         w[k][1] = _mm256_sub_pd(x, f);
