@@ -183,25 +183,13 @@ __device__ __forceinline__ void store_point_vector(const Geo<I>& G, void* dst, I
 }
 
 // --------------------------------------------------------------------------------------------
-// Fixed-length tap list of one dim (fast paths): O+1 taps, offsets in I, held in registers
-// (every index is a constant once the loops are unrolled). Border taps are folded with their
-// bound's sign; a tap whose sign is 0 gets weight 0, offset 0 and its bit of `valid` cleared,
-// and is never read or written (a NaN at the placeholder address cannot leak in).
+// Fixed-length tap list of one dim (fast paths): the shared FoldedLineTaps (pushpull_point.h),
+// O+1 taps with offsets in I, held in registers (every index is a constant once the loops are
+// unrolled). Border taps are folded with their bound's sign; a tap whose sign is 0 gets weight
+// 0, offset 0 and its bit of `valid` cleared, and is never read or written (a NaN at the
+// placeholder address cannot leak in).
 template <typename A, typename I, int O, int DER>
-struct FTaps {
-  unsigned valid;  // bit k: tap k reads / writes memory
-  I off_[O + 1];
-  A w_[O + 1];
-  A dw_[DER >= 1 ? O + 1 : 1];
-  A ddw_[DER >= 2 ? O + 1 : 1];
-  static constexpr bool kFixed = true;
-  __device__ __forceinline__ static constexpr int count() { return O + 1; }
-  __device__ __forceinline__ bool ok(int k) const { return (valid >> k) & 1u; }
-  __device__ __forceinline__ I off(int k) const { return off_[k]; }
-  __device__ __forceinline__ A w(int k) const { return w_[k]; }
-  __device__ __forceinline__ A dw(int k) const { return dw_[k]; }
-  __device__ __forceinline__ A ddw(int k) const { return ddw_[k]; }
-};
+using FTaps = FoldedLineTaps<A, O + 1, DER, I>;
 
 // the single constant tap of a padded dim
 template <typename A, typename I, int DER>

@@ -185,10 +185,11 @@ NJ_HD NJ_INLINE int64_t spline_taps_at(T x, T* w, T* dw, T* ddw) {
 // the order of the interior's LineTaps; a tap whose bound sign is 0 stays in the list with
 // ok(k) false (weight 0, offset 0: never read or written). The CPU vector paths' border points
 // take it: the contractions then unroll as for interior points (a runtime-count Taps list made
-// a border point cost several interior ones).
-template <typename T, int N, int DER>
+// a border point cost several interior ones). The CUDA fast kernels hold every point's taps in
+// it (FTaps: offsets in I, 32 bits where they fit).
+template <typename T, int N, int DER, typename I = int64_t>
 struct FoldedLineTaps {
-  int64_t off_[N];
+  I off_[N];
   T w_[N];
   T dw_[DER >= 1 ? N : 1];
   T ddw_[DER >= 2 ? N : 1];
@@ -196,7 +197,7 @@ struct FoldedLineTaps {
   static constexpr bool kFixed = true;
   NJ_HD static constexpr int count() { return N; }
   NJ_HD NJ_INLINE bool ok(int k) const { return (valid >> k) & 1u; }
-  NJ_HD NJ_INLINE int64_t off(int k) const { return off_[k]; }
+  NJ_HD NJ_INLINE I off(int k) const { return off_[k]; }
   NJ_HD NJ_INLINE T w(int k) const { return w_[k]; }
   NJ_HD NJ_INLINE T dw(int k) const { return dw_[k]; }
   NJ_HD NJ_INLINE T ddw(int k) const { return ddw_[k]; }
