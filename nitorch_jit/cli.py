@@ -295,8 +295,15 @@ def cmd_reslice(args):
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:  # the program's own arguments must reach it untouched
+        from .compat.run import main as run
+        return run(argv[1:])
     p = argparse.ArgumentParser(prog="nitorch-jit", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("run", help="run a program (nitorch register ..., a .py file, -m MODULE) "
+                               "with NITorch and MONAI served by nitorch_jit (compat)",
+                   add_help=False)
     sub.add_parser("info", help="toolchain, cache, key and which backend would load, and why")
     b = sub.add_parser("build", help="prebuild compiled modules into the cache")
     b.add_argument("modules", nargs="*", help=f"modules (default: all of {', '.join(MODULES)})")

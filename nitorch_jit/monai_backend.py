@@ -103,7 +103,7 @@ def load():
         why = f"importing monai failed ({type(err).__name__}: {err})"
         raise MonaiUnavailable(why, why) from err
     try:
-        return importlib.import_module("monai._C")
+        C = importlib.import_module("monai._C")
     except ImportError as err:
         if "No module named" in str(err):
             raise MonaiUnavailable(
@@ -117,6 +117,13 @@ def load():
             f"monai._C is present but cannot be loaded ({err}); rebuild it against this torch "
             f"({torch.__version__}) with BUILD_MONAI=1. " + BUILD_HINT,
             f"monai._C cannot be loaded ({err})") from err
+    if getattr(C, "__nitorch_jit_compat__", False):  # compat.MARK, without importing compat
+        raise MonaiUnavailable(
+            "monai._C is nitorch_jit's own compat module (nitorch_jit.compat.install() serves "
+            "it), not MONAI's compiled routines: using it as a backend would call nitorch_jit "
+            "itself. Unset NI_COMPILED_BACKEND (our compiled kernels) or install MONAI's own "
+            "extension. " + BUILD_HINT, "monai._C is nitorch_jit's compat module")
+    return C
 
 
 def to_monai(C, order, bound):

@@ -64,48 +64,59 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(first, grid)
 
 
-def _pull_backward(ctx, grad):
-    input, grid = ctx.saved_tensors
+def _pull_grads(grad, input, grid, opts, need_input, need_grid):
     gi = gg = None
-    if ctx.needs_input_grad[0] and ctx.needs_input_grad[1] and not torch.is_grad_enabled():
+    if need_input and need_grid and not torch.is_grad_enabled():
         # both gradients in one pass over the points (grid_pull_backward has no autograd of
         # its own: with create_graph=True the differentiable pair below is used instead)
-        return (*_ops.grid_pull_backward(grad, input, grid, *ctx.opts), None, None, None)
-    if ctx.needs_input_grad[0]:
-        gi = _ops.grid_push(grad, grid, list(input.shape[2:]), *ctx.opts)
-    if ctx.needs_input_grad[1]:
-        gg = _ops.grid_grad_dot(grad, input, grid, *ctx.opts)
-    return gi, gg, None, None, None
+        return _ops.grid_pull_backward(grad, input, grid, *opts)
+    if need_input:
+        gi = _ops.grid_push(grad, grid, list(input.shape[2:]), *opts)
+    if need_grid:
+        gg = _ops.grid_grad_dot(grad, input, grid, *opts)
+    return gi, gg
 
 
-def _push_backward(ctx, grad):
-    input, grid = ctx.saved_tensors
+def _push_grads(grad, input, grid, opts, need_input, need_grid):
     gi = gg = None
-    if ctx.needs_input_grad[0]:
-        gi = _ops.grid_pull(grad, grid, *ctx.opts)
-    if ctx.needs_input_grad[1]:
-        gg = _ops.grid_grad_dot(input, grad, grid, *ctx.opts)
-    return gi, gg, None, None, None, None
+    if need_input:
+        gi = _ops.grid_pull(grad, grid, *opts)
+    if need_grid:
+        gg = _ops.grid_grad_dot(input, grad, grid, *opts)
+    return gi, gg
 
 
-def _grad_backward(ctx, grad):
-    input, grid = ctx.saved_tensors
+def _grad_grads(grad, input, grid, opts, need_input, need_grid):
     gi = gg = None
-    if ctx.needs_input_grad[0]:
-        gi = _ops.grid_pushgrad(grad, grid, list(input.shape[2:]), *ctx.opts)
-    if ctx.needs_input_grad[1]:
-        gg = _ops.grid_hess_dot(grad, input, grid, *ctx.opts)
-    return gi, gg, None, None, None
+    if need_input:
+        gi = _ops.grid_pushgrad(grad, grid, list(input.shape[2:]), *opts)
+    if need_grid:
+        gg = _ops.grid_hess_dot(grad, input, grid, *opts)
+    return gi, gg
 
 
-def _pushgrad_backward(ctx, grad):
-    input, grid = ctx.saved_tensors
+def _pushgrad_grads(grad, input, grid, opts, need_input, need_grid):
     gi = gg = None
-    if ctx.needs_input_grad[0]:
-        gi = _ops.grid_grad(grad, grid, *ctx.opts)
-    if ctx.needs_input_grad[1]:
-        gg = _ops.grid_hess_dot(input, grad, grid, *ctx.opts)
-    return gi, gg, None, None, None, None
+    if need_input:
+        gi = _ops.grid_grad(grad, grid, *opts)
+    if need_grid:
+        gg = _ops.grid_hess_dot(input, grad, grid, *opts)
+    return gi, gg
+
+
+def _autograd(grads, extra):
+    """The backward of an op from its gradient rule (`extra` Nones for the options)."""
+    def backward(ctx, grad):
+        input, grid = ctx.saved_tensors
+        gi, gg = grads(grad, input, grid, ctx.opts, *ctx.needs_input_grad[:2])
+        return (gi, gg) + (None,) * extra
+    return backward
+
+
+_pull_backward = _autograd(_pull_grads, 3)
+_push_backward = _autograd(_push_grads, 4)
+_grad_backward = _autograd(_grad_grads, 3)
+_pushgrad_backward = _autograd(_pushgrad_grads, 4)
 
 
 def _setup_dot(ctx, inputs, output):
@@ -442,6 +453,68 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
 
 
 pull, push, count = grid_pull, grid_push, grid_count
+
+_GRADS = {"pull": _pull_grads, "push": _push_grads, "grad": _grad_grads}
+
+
+@document
+def resample_backward(op, grad, input, grid, interpolation="linear", bound="zero",
+                      extrapolate=False, input_grad=True, grid_grad=True):
+    """The gradients of grid_pull, grid_push or grid_grad, computed by the fused backward
+    kernels: the code-level entry for front ends that bring their own autograd (the NITorch
+    and MONAI compat modules).
+
+    Parameters
+    ----------
+    op : {'pull', 'push', 'grad'}
+        The forward op (a count is the push of ones).
+    grad : tensor [N, C, *out] (pull), [N, C, *shape] (push) or [N, C, *out, D] (grad)
+        Gradient with respect to the op's output.
+    input : tensor [N, C, *in] (pull, grad) or [N, C, *out] (push)
+        The forward's input (values to push, for a push).
+    grid : tensor [N, *out, D]
+        The forward's grid, same batch size N.
+    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
+        <interpolation>
+    bound : str or BoundType, or a list of them, default 'zero'
+        <bound>
+    extrapolate : bool, default False
+        <extrapolate>
+    input_grad, grid_grad : bool, default True
+        Which gradients to compute.
+
+    Returns
+    -------
+    grad_input : tensor like `input`, or None when ``input_grad=False``
+    grad_grid : tensor like `grid`, or None when ``grid_grad=False``
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit.ops.pushpull import resample_backward
+    >>> x = torch.tensor([[[0., 1., 4., 9.]]])
+    >>> g = torch.tensor([[[1.5]]])
+    >>> gi, gg = resample_backward('pull', torch.ones(1, 1, 1), x, g)
+    >>> gi, gg
+    (tensor([[[0.0000, 0.5000, 0.5000, 0.0000]]]), tensor([[[3.]]]))
+    """
+    if op not in _GRADS:
+        raise ValueError(f"op: expected 'pull', 'push' or 'grad', got {op!r}")
+    dim = _grid_dim(grid)
+    _check_input(input, dim, grid)
+    check_tensor(grad, "grad")
+    if input.dim() != dim + 2 or grid.dim() != dim + 2 or input.shape[0] != grid.shape[0]:
+        raise ValueError(f"input {tuple(input.shape)} and grid {tuple(grid.shape)}: expected "
+                         f"[N, C, *spatial] and [N, *spatial, D] with the same N")
+    opts = _options(dim, interpolation, bound, extrapolate)
+    dtype, gdtype = input.dtype, grid.dtype
+    if dtype in _HALF or gdtype in _HALF or grad.dtype in _HALF:
+        input, grid, grad = input.float(), grid.float(), grad.float()
+    _ensure(input.device)
+    gi, gg = _GRADS[op](grad.to(input.dtype), input, grid, opts, bool(input_grad),
+                        bool(grid_grad))
+    return (None if gi is None else gi.to(dtype)), (None if gg is None else gg.to(gdtype))
+
 
 
 def identity_grid(shape, dtype=None, device=None):

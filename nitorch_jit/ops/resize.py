@@ -122,8 +122,31 @@ def _anchors(anchor, dim):
     return out
 
 
-def _affine(anchor, n, m, f):
-    """(scale, shift) of the map output index -> input coordinate, for one dim."""
+def anchor_map(anchor, n, m, f=None):
+    """(scale, shift) of the map output index o -> input coordinate x = scale * o + shift.
+
+    The code-level entry of the resize family for front ends (the NITorch compat module
+    derives its normalisations from it): one dim, n input and m output voxels.
+
+    Parameters
+    ----------
+    anchor : {'c', 'e', 'f', 'l'}
+        Parsed anchor (see the module docstring).
+    n, m : int
+        Input and output sizes.
+    f : float, optional
+        The factor ('f' and 'l'; default m / n).
+
+    Returns
+    -------
+    scale, shift : float
+
+    Examples
+    --------
+    >>> from nitorch_jit.ops.resize import anchor_map
+    >>> anchor_map('e', 4, 8)
+    (0.5, -0.25)
+    """
     if anchor == "c" and (n == 1 or m == 1):
         anchor = "e"
     if anchor == "c":
@@ -215,7 +238,7 @@ def resize(image, factor=None, shape=None, anchor="c", interpolation=1, prefilte
         raise TypeError(f"prefilter: expected True or False, got {prefilter!r}")
     nin = list(image.shape[image.dim() - dim:])
     shapes = _out_shape(nin, factors, shapes, True)
-    aff = [_affine(a, n, m, None if factors is None else f)
+    aff = [anchor_map(a, n, m, None if factors is None else f)
            for a, n, m, f in zip(anchors, nin, shapes, factors or [None] * dim)]
     return _run(_ops.resize, image, shapes, [a[0] for a in aff], [a[1] for a in aff],
                 order, bounds, prefilter)
@@ -273,7 +296,7 @@ def restrict(image, factor=None, shape=None, anchor="c", interpolation=1, reduce
     nfine = list(image.shape[image.dim() - dim:])
     shapes = _out_shape(nfine, factors, shapes, False)
     # the resize being transposed maps the coarse grid (shapes) onto the fine one (nfine)
-    aff = [_affine(a, m, n, None if factors is None else f)
+    aff = [anchor_map(a, m, n, None if factors is None else f)
            for a, n, m, f in zip(anchors, nfine, shapes, factors or [None] * dim)]
     out = _run(_ops.resize_adjoint, image, shapes, [a[0] for a in aff], [a[1] for a in aff],
                order, bounds, False)
@@ -364,7 +387,7 @@ def resize_grid(grid, factor=None, shape=None, anchor="c", interpolation=1, pref
     anchors = _anchors(anchor, dim)
     nin = list(grid.shape[-dim - 1:-1])
     shapes = _out_shape(nin, factors, shapes, True)
-    aff = [_affine(a, n, m, None if factors is None else f)
+    aff = [anchor_map(a, n, m, None if factors is None else f)
            for a, n, m, f in zip(anchors, nin, shapes, factors or [None] * dim)]
     disp = grid
     if type == "grid":

@@ -167,7 +167,7 @@ def _grid_hessian_scale(h, s):
     return _scale_channels(h, scale)
 
 
-def fmg(problem, g, system0, optim, nb_cycles, nb_iter):
+def fmg(problem, g, system0, optim, nb_cycles, nb_iter, max_levels=16):
     """Full multigrid (spec §4): coarse solve, then prolong + V-cycles at each finer level."""
     bound = problem.bound
     def smooth(system, x, b):
@@ -179,7 +179,7 @@ def fmg(problem, g, system0, optim, nb_cycles, nb_iter):
         return x, b - system.matvec(x)
     levels = [_Level(problem.shape, problem.voxel_size, system0, g)]
     h, w = system0.hessian, system0.weights
-    while len(levels) < 16 and max(levels[-1].shape) > 4:
+    while len(levels) < max_levels and max(levels[-1].shape) > 4:
         fine = levels[-1]
         shape = [max(1, math.ceil(n / 2)) for n in fine.shape]
         ratio = [n / m for n, m in zip(fine.shape, shape)]
@@ -289,7 +289,8 @@ def _solve(p, gradient, method, **opts):
             return cg(system, b, max_iter=opts["max_iter"], tolerance=opts["tolerance"])
         if method == "relax":
             return relax(system, b, max_iter=opts["max_iter"], tolerance=opts["tolerance"])
-        return fmg(p, b, system, opts["optim"], opts["nb_cycles"], opts["nb_iter"])
+        return fmg(p, b, system, opts["optim"], opts["nb_cycles"], opts["nb_iter"],
+                   opts["max_levels"])
 
     x = _Solve.apply(g, p.hessian, p.weights, run, taps)
     return p.restore(x)
@@ -356,21 +357,24 @@ def solve_grid(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0, fac
 
 def solve_field_fmg(hessian, gradient, weights=None, dim=None, absolute=0, membrane=0,
                     bending=0, factor=1, voxel_size=1, bound="dct2", optim="cg", nb_cycles=2,
-                    nb_iter=2):
+                    nb_iter=2, max_levels=16):
     p = _field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
                        voxel_size, bound)
     return _solve(p, gradient, "fmg", optim=_check_optim(optim),
                   nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
-                  nb_iter=_check_int(nb_iter, "nb_iter", 1))
+                  nb_iter=_check_int(nb_iter, "nb_iter", 1),
+                  max_levels=_check_int(max_levels, "max_levels", 1))
 
 
 def solve_grid_fmg(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0, factor=1,
-                   voxel_size=1, bound="dft", weights=None, optim="cg", nb_cycles=2, nb_iter=2):
+                   voxel_size=1, bound="dft", weights=None, optim="cg", nb_cycles=2, nb_iter=2,
+                   max_levels=16):
     p = _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
                       voxel_size, bound)
     return _solve(p, gradient, "fmg", optim=_check_optim(optim),
                   nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
-                  nb_iter=_check_int(nb_iter, "nb_iter", 1))
+                  nb_iter=_check_int(nb_iter, "nb_iter", 1),
+                  max_levels=_check_int(max_levels, "max_levels", 1))
 
 
 def solve_field_closedform(hessian, gradient, weights=None, dim=None, absolute=0, factor=1):
@@ -418,6 +422,10 @@ _FMG = """    optim : {'cg', 'relax'}
         Smoother of the V-cycles.
     nb_cycles : int >= 1, V-cycles per level
     nb_iter : int >= 1, smoothing iterations before and after each coarse correction
+    max_levels : int >= 1, default 16
+        Most levels of the pyramid, the finest included (coarsening also stops once every
+        dim is 4 or less); with 1, the coarse solver (CG to 1e-10, or a direct solve on
+        small grids) runs at full resolution.
 """
 _EX_FIELD = """    >>> import torch, nitorch_jit
     >>> g = torch.randn(2, 32, 32, 32, dtype=torch.float64)

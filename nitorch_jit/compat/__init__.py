@@ -1,0 +1,181 @@
+"""Serve NITorch and MONAI, unchanged, from nitorch_jit's kernels.
+
+NITorch looks for its compiled backend in ``nitorch._C.spatial`` (else it falls back to
+TorchScript), and MONAI for its compiled resampling in ``monai._C`` (absent from its PyPI
+wheels). ``install()`` adds an import finder at the *end* of ``sys.meta_path`` that answers
+those two names with modules built from ``compat.nitorch`` and ``compat.monai``:
+
+- a real compiled module, found by Python's own finders first, always wins;
+- nothing is imported until the client asks (the modules, and our kernels, load lazily);
+- nothing happens unless asked: installing nitorch_jit changes no other package (no ``.pth``).
+
+Activation, before the client is imported (both decide their backend once, at import):
+
+- ``nitorch_jit.compat.install(nitorch=True, monai=True)`` in a program;
+- ``python -m nitorch_jit.compat PROGRAM [ARGS]`` (or ``nitorch-jit run ...``) runs a console
+  script (``nitorch register ...``), a ``.py`` file or ``-m MODULE`` with it installed;
+- ``python -m pytest -p nitorch_jit.compat.pytest_plugin ...`` for a test run.
+
+Environment (the variables are the clients' own):
+
+=============================  =================================================================
+``NI_COMPILED_BACKEND``        read by NITorch and by nitorch_jit. Unset or ``C``: NITorch takes
+                               ``nitorch._C.spatial``, i.e. ours; ``TS``: NITorch uses its own
+                               TorchScript (and our kernels, where called, the pure-PyTorch
+                               twin); ``MONAI``: NITorch takes ``monai._C``, and our own MONAI
+                               backend refuses to use the shim (it would call itself).
+``BUILD_MONAI=1``              MONAI's switch for its compiled paths (``USE_COMPILED``); needed
+                               for MONAI to use ``monai._C`` at all.
+``NI_SHOW_COMPILED_BACKEND=1`` NITorch prints its backend; nitorch_jit prints which kernels load.
+=============================  =================================================================
+"""
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+
+# served module name -> (our module, the client module whose import makes the choice)
+_SERVED = {
+    "nitorch": ("nitorch._C.spatial", "nitorch_jit.compat.nitorch", "nitorch._C.grid"),
+    "monai": ("monai._C", "nitorch_jit.compat.monai", "monai.config"),
+}
+MARK = "__nitorch_jit_compat__"  # set on every module the finder creates
+_LOCK = threading.Lock()
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, source):
+        self.source = source
+
+    def create_module(self, spec):
+        return None  # a plain module
+
+    def exec_module(self, module):
+        ours = importlib.import_module(self.source)
+        for name in ours.__all__:
+            setattr(module, name, getattr(ours, name))
+        module.__file__ = ours.__file__  # MONAI's optional_import wants a file, no __path__
+        module.__doc__ = ours.__doc__
+        setattr(module, MARK, True)
+
+
+class CompatFinder(importlib.abc.MetaPathFinder):
+    """Answers the served module names, and only those, when no other finder has."""
+
+    def __init__(self):
+        self.names = {}  # module name -> our module name
+
+    def find_spec(self, fullname, path=None, target=None):
+        source = self.names.get(fullname)
+        if source is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _Loader(source), origin=source)
+
+
+_FINDER = CompatFinder()
+
+
+def install(nitorch=True, monai=True):
+    """Serve ``nitorch._C.spatial`` and/or ``monai._C`` from nitorch_jit's kernels.
+
+    Idempotent. A real compiled module of the client, where one is installed, keeps
+    precedence. Must run before the client is imported: NITorch chooses its backend when
+    ``nitorch._C.grid`` is imported, MONAI when ``monai.config`` is.
+
+    Parameters
+    ----------
+    nitorch : bool, default True
+        Serve NITorch's ``nitorch._C.spatial``.
+    monai : bool, default True
+        Serve MONAI's ``monai._C`` (its resampling only; set ``BUILD_MONAI=1`` as well, or
+        MONAI will not use it).
+
+    Returns
+    -------
+    list[str]
+        The module names served from now on.
+
+    Raises
+    ------
+    RuntimeError
+        If a client asked for has already chosen its backend in this process.
+
+    Examples
+    --------
+    >>> import nitorch_jit.compat
+    >>> nitorch_jit.compat.install(monai=False)
+    ['nitorch._C.spatial']
+    >>> nitorch_jit.compat.uninstall()
+    """
+    wanted = [client for client, on in (("nitorch", nitorch), ("monai", monai)) if on]
+    with _LOCK:
+        for client in wanted:
+            served, _, chooser = _SERVED[client]
+            if served not in _FINDER.names and chooser in sys.modules:
+                raise RuntimeError(
+                    f"nitorch_jit.compat.install(): {client} has already chosen its compiled "
+                    f"backend in this process ({chooser} is imported), so it would not see "
+                    f"nitorch_jit. Call install() before importing {client}, or run the "
+                    f"program with `python -m nitorch_jit.compat PROGRAM [ARGS]`.")
+        for client in wanted:
+            served, source, _ = _SERVED[client]
+            _FINDER.names[served] = source
+        if _FINDER.names and _FINDER not in sys.meta_path:
+            sys.meta_path.append(_FINDER)
+        return sorted(_FINDER.names, key=lambda n: not n.startswith("nitorch"))
+
+
+def uninstall():
+    """Stop serving the clients' modules (modules already imported stay as they are).
+
+    Examples
+    --------
+    >>> import nitorch_jit.compat
+    >>> nitorch_jit.compat.uninstall()
+    >>> nitorch_jit.compat.served()
+    []
+    """
+    with _LOCK:
+        _FINDER.names.clear()
+        if _FINDER in sys.meta_path:
+            sys.meta_path.remove(_FINDER)
+
+
+def served():
+    """The module names the compat finder answers now.
+
+    Returns
+    -------
+    list[str]
+
+    Examples
+    --------
+    >>> import nitorch_jit.compat
+    >>> nitorch_jit.compat.served()
+    []
+    """
+    return sorted(_FINDER.names)
+
+
+def is_compat(module):
+    """Whether `module` is one of ours (a client module served by the compat finder).
+
+    Parameters
+    ----------
+    module : module
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import math, nitorch_jit.compat
+    >>> nitorch_jit.compat.is_compat(math)
+    False
+    """
+    return bool(getattr(module, MARK, False))
+
+
+__all__ = ["install", "uninstall", "served", "is_compat", "CompatFinder"]

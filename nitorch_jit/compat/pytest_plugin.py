@@ -1,0 +1,12 @@
+"""pytest plugin: ``python -m pytest -p nitorch_jit.compat.pytest_plugin ...`` runs a test suite
+(NITorch's, MONAI's) with the compat installed before anything imports the clients. It is not
+registered as an entry point, so it never loads unless asked for."""
+from . import install, served
+
+
+def pytest_configure(config):
+    install()
+
+
+def pytest_report_header(config):
+    return f"nitorch_jit.compat serves: {', '.join(served())}"
