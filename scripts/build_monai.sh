@@ -7,6 +7,8 @@
 # into BUILD_DIR, both outside this repository.
 #
 # Usage: scripts/build_monai.sh [MONAI_CSRC] [BUILD_DIR]
+#   MONAI_INSTALL=0 builds without installing (the library stays in BUILD_DIR; the last line
+#   printed is its path): tests/compat serves it to MONAI's tests for the A/B run.
 #   MONAI_CSRC  MONAI's monai/csrc folder (default /work/shared/third_party/monai-csrc)
 #   BUILD_DIR   where the build happens (default /work/monai_build)
 # Needs: an installed `monai` (pip install --no-deps monai, same generation as the sources),
@@ -21,7 +23,7 @@ case "$BUILD_DIR/" in "$REPO"/*)
   echo "BUILD_DIR $BUILD_DIR is inside this repository: build MONAI outside it" >&2; exit 2;; esac
 mkdir -p "$BUILD_DIR"
 start=$(date +%s)
-MONAI_CSRC="$MONAI_CSRC" BUILD_DIR="$BUILD_DIR" python - <<'PY'
+MONAI_CSRC="$MONAI_CSRC" BUILD_DIR="$BUILD_DIR" MONAI_INSTALL="${MONAI_INSTALL:-1}" python - <<'PY'
 import glob, os, shutil, sys, sysconfig
 import torch
 from torch.utils import cpp_extension
@@ -54,10 +56,14 @@ lib = cpp_extension.load(name="_C", sources=sources, extra_include_paths=[csrc],
                          extra_cflags=["-O3"] + cflags, extra_ldflags=ldflags,
                          build_directory=build, verbose=False)
 built = lib.__file__
+if os.environ.get("MONAI_INSTALL", "1") == "0":
+    print(built)
+    sys.exit(0)
 target = os.path.join(os.path.dirname(spec.origin), "_C" + sysconfig.get_config_var("EXT_SUFFIX"))
 shutil.copy2(built, target)
 print(f"installed {built} as {target}")
 PY
 end=$(date +%s)
+[ "${MONAI_INSTALL:-1}" = 0 ] && exit 0
 python -c "import monai._C as C; print('import monai._C: ok, zero =', int(C.BoundType.zero))"
 echo "build time: $((end - start)) s; build folder size: $(du -sh "$BUILD_DIR" | cut -f1)"

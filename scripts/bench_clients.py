@@ -1,0 +1,692 @@
+"""NITorch and MONAI, unchanged, on nitorch_jit's kernels (nitorch_jit.compat) against their own
+backends, on real data, in one run. Prints a markdown table (and writes JSON with --json).
+
+Sections (each independent: a failure is a row of the table, the others still run):
+
+register   ``nitorch register`` of Colin27's T1 (shared/data/colin27/ch2bet.nii.gz) onto the MNI152
+           2009 template shipped with nilearn (``load_mni152_template``, offline), at 2 mm (both
+           resampled to 2 mm) and at 1 mm: an affine pre-registration, then affine + ``@nonlin
+           svf`` (interleaved), MSE loss, Gauss-Newton, 2 pyramid levels, ``--cpu`` (default
+           threads). Each run is a subprocess: ``NI_COMPILED_BACKEND=TS nitorch register ...``
+           (NITorch's TorchScript backend, the baseline) and ``python -m nitorch_jit.compat
+           nitorch register ...`` (ours, after a tiny warm-up run that builds or loads our
+           compiled modules; its time, compile included if any, is reported apart). Wall time of
+           the process, TS/ours, final objective (last value printed by -v 1) of each.
+           ``--profile`` adds a cProfile run of the ours side: share of the time spent inside
+           nitorch_jit (calls entering nitorch_jit/ from outside, inclusive) of the total.
+reslice    ``nitorch reslice`` of Colin27 onto the 1 mm MNI grid through an affine (.lta) and
+           through a smooth displacement field (voxels), orders 1 and 3, TS against compat:
+           process wall time and max |TS - ours| / range(TS output).
+monai      MONAI ``Rand3DElasticd`` and ``RandAffined`` (prob 1) on a 160^3 float32 image,
+           1 thread, mode bilinear (order 1) and bicubic (order 3), ms per sample (min of
+           repeats after a warm-up), each in its own process: (a) MONAI's default path (no
+           BUILD_MONAI: torch grid_sample), (b) BUILD_MONAI=1 with nitorch_jit.compat serving
+           monai._C, (c) BUILD_MONAI=1 with MONAI's own compiled monai._C, built from
+           shared/third_party/monai-csrc into --monai-build (never installed: a sys.meta_path
+           finder serves the .so in that process only). Also the max difference of (b) and (c)
+           against (a) and each other, relative to the range, on the first (seeded) sample.
+nitorch_c  NITorch's own C++ backend (``NI_COMPILED_BACKEND=C pip install``) in a separate venv
+           (--c-venv, built from a copy of shared/third_party/nitorch with a time limit): if it
+           builds, ``_C.spatial.grid_pull`` / ``grid_push`` at orders 1 and 3 and ``fmg_grid`` on
+           128^3 float32, 1 thread, against ``nitorch_jit.compat.nitorch`` on the same calls;
+           if it does not, the first error of the build is the row.
+
+Run (from the repository root, in the venv that has nitorch, monai, nilearn, nibabel)::
+
+    python scripts/bench_clients.py [--only register,reslice,monai,nitorch_c] [--json out.json]
+        [--profile] [--max-minutes 15] [--nonlin svf[,shoot]] [--iters 3,3,2]
+        [--levels 2mm,1mm] [--workdir DIR]
+
+Times are wall-clock times on whatever machine this runs on: on a shared machine they move with
+its load, so compare the two sides of one row (run back to back), not rows of different runs.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SHARED = os.environ.get("NJT_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
+COLIN = os.path.join(SHARED, "data", "colin27", "ch2bet.nii.gz")
+NITORCH_SRC = os.path.join(SHARED, "third_party", "nitorch")
+MONAI_CSRC = os.path.join(SHARED, "third_party", "monai-csrc")
+SECTIONS = ("register", "reslice", "monai", "nitorch_c")
+
+ROWS = []  # dicts: section, case, ...
+
+
+def row(section, case, **kw):
+    r = {"section": section, "case": case}
+    r.update(kw)
+    ROWS.append(r)
+    print(f"[{section}] {case}: " + ", ".join(f"{k}={v}" for k, v in kw.items()), flush=True)
+    return r
+
+
+def fmt(x, spec="{:.3g}"):
+    if x is None:
+        return "—"
+    if isinstance(x, str):
+        return x
+    return spec.format(x)
+
+
+def run_proc(cmd, env=None, timeout=None, cwd=None, log=None):
+    """Run cmd; return (wall seconds, returncode or None on timeout, stdout, stderr)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    for k, v in list(full_env.items()):
+        if v is None:
+            del full_env[k]
+    t = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, env=full_env, cwd=cwd, timeout=timeout,
+                           capture_output=True, text=True)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc = None
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+    wall = time.perf_counter() - t
+    if log:
+        with open(log, "w") as f:
+            f.write("$ " + " ".join(cmd) + "\n" + out + "\n--- stderr ---\n" + err)
+    return wall, rc, out, err
+
+
+def first_error(text, n=3):
+    """The first lines of text that look like an error (compiler or Python)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.search(r"error:|Error\b|error\b", line) and "warning" not in line.lower():
+            return " | ".join(s.strip() for s in lines[i:i + n])
+    return " | ".join(s.strip() for s in lines[-n:])
+
+
+def env_ours():
+    return {"NI_COMPILED_BACKEND": None}
+
+
+def env_ts():
+    return {"NI_COMPILED_BACKEND": "TS"}
+
+
+def compat_cmd(*args):
+    return [sys.executable, "-m", "nitorch_jit.compat", *args]
+
+
+def nitorch_exe():
+    exe = os.path.join(os.path.dirname(sys.executable), "nitorch")
+    return exe if os.path.exists(exe) else shutil.which("nitorch") or "nitorch"
+
+
+# ------------------------------------------------------------------------------------------------
+# data
+
+
+def prepare_data(work):
+    """MNI152 2009 (nilearn, offline) at 1 and 2 mm, Colin27 at 1 and 2 mm, as float32 .nii.gz."""
+    import nibabel as nib
+    import numpy as np
+    from nibabel.processing import resample_to_output
+    paths = {k: os.path.join(work, k + ".nii.gz") for k in ("mni1", "mni2", "colin1", "colin2",
+                                                            "mni6", "colin6")}
+    if all(os.path.exists(p) for p in paths.values()):
+        return paths
+    from nilearn.datasets import load_mni152_template
+    for r in (1, 2):
+        t = load_mni152_template(resolution=r)  # shipped in nilearn's package data
+        nib.save(nib.Nifti1Image(np.asarray(t.get_fdata(), np.float32), t.affine), paths[f"mni{r}"])
+    c = nib.load(COLIN)
+    c = nib.Nifti1Image(np.asarray(c.dataobj, np.float32), c.affine)
+    nib.save(c, paths["colin1"])
+    for name, src, vx in (("colin2", c, 2), ("colin6", c, 6), ("mni6", nib.load(paths["mni1"]), 6)):
+        r = resample_to_output(src, voxel_sizes=vx, order=1)
+        nib.save(nib.Nifti1Image(np.asarray(r.get_fdata(), np.float32), r.affine), paths[name])
+    return paths
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. nitorch register
+
+OBJ = re.compile(r"\((affine|nonlin)\)\s*\|\s*(\d+)\s*\|[^|=]*=\s*([-+]?\d[\d.]*(?:e[-+]?\d+)?)")
+
+
+def parse_objective(text):
+    """(last objective, number of iterations printed, last block) from `-v 1` output."""
+    m = OBJ.findall(text)
+    if not m:
+        return None, 0
+    return float(m[-1][2]), len(m)
+
+
+def register_args(fix, mov, out, nonlin, iters, levels):
+    na, nn, ni = iters
+    return ["register", "--cpu", "-v", "1", "-o", out,
+            "@loss", "mse", "@@fix", fix, "@@mov", mov,
+            "@affine", "affine", "@@optim", "gn", "-n", str(na),
+            "@nonlin", nonlin, "@@optim", "gn", "-n", str(nn),
+            "@optim", "i", "-n", str(ni),
+            "@pyramid", "--levels", levels]
+
+
+def kernel_share(prof_path):
+    """Share of total time inside nitorch_jit: calls entering nitorch_jit/ from outside."""
+    import pstats
+    st = pstats.Stats(prof_path)
+    total = st.total_tt
+
+    def ours(func):
+        return ("nitorch_jit" + os.sep) in func[0]
+
+    inside = 0.0
+    for func, (cc, nc, tt, ct, callers) in st.stats.items():
+        if not ours(func):
+            continue
+        for caller, val in callers.items():
+            if not ours(caller):
+                inside += val[3] if isinstance(val, tuple) else 0.0
+    top = sorted(((v[3], f) for f, v in st.stats.items() if ours(f)), reverse=True)[:5]
+    return inside, total, [(f"{os.path.basename(f[0])}:{f[2]}", ct) for ct, f in top]
+
+
+def section_register(args, work):
+    paths = prepare_data(work)
+    nitorch = nitorch_exe()
+    iters = tuple(int(i) for i in args.iters.split(","))
+    cap = args.max_minutes * 60
+    # warm-up: a tiny pair at 6 mm on the ours side, so that compile time is not in the runs
+    for nonlin in args.nonlin.split(","):
+        out = os.path.join(work, f"warm_{nonlin}")
+        os.makedirs(out, exist_ok=True)
+        cmd = compat_cmd("nitorch", *register_args(paths["mni6"], paths["colin6"], out, nonlin,
+                                                   (1, 1, 1), "0:2"))
+        wall, rc, so, se = run_proc(cmd, env=env_ours(), timeout=1800,
+                                    log=os.path.join(work, f"warm_{nonlin}.log"))
+        built = re.findall(r"(?:building|built|compil\w+)[^\n]*module[^\n]*", se, re.I)
+        row("register", f"warm-up ours, 6 mm {nonlin} (1,1,1)",
+            ours_s=wall, note=("first-use compile seen: " + "; ".join(built[:3])) if built
+            else "no compile (cached)", rc=rc)
+    for res in args.levels.split(","):
+        r = res.replace("mm", "")
+        fix, mov = paths[f"mni{r}"], paths[f"colin{r}"]
+        for nonlin in args.nonlin.split(","):
+            case = f"{res} affine+{nonlin}"
+            res_row = {"iters": f"affine gn -n {iters[0]}, {nonlin} gn -n {iters[1]}, "
+                                f"@optim i -n {iters[2]}, levels {args.pyramid}"}
+            for side in ("ts", "ours"):
+                out = os.path.join(work, f"reg_{r}_{nonlin}_{side}")
+                os.makedirs(out, exist_ok=True)
+                rargs = register_args(fix, mov, out, nonlin, iters, args.pyramid)
+                if side == "ts":
+                    cmd, env = [nitorch, *rargs], env_ts()
+                else:
+                    cmd, env = compat_cmd("nitorch", *rargs), env_ours()
+                log = os.path.join(work, f"reg_{r}_{nonlin}_{side}.log")
+                wall, rc, so, se = run_proc(cmd, env=env, timeout=cap, log=log)
+                obj, n = parse_objective(so)
+                res_row[f"{side}_iters_printed"] = n
+                if rc is None:
+                    res_row[f"{side}_s"] = f"> {args.max_minutes:g} min"
+                    res_row[f"{side}_obj"] = (f"(cut; last {obj:.6g} at it. {n})"
+                                              if obj is not None else "(cut)")
+                elif rc != 0:
+                    res_row[f"{side}_s"] = f"failed rc={rc}"
+                    res_row[f"{side}_error"] = first_error(se)
+                    res_row[f"{side}_obj"] = obj
+                else:
+                    res_row[f"{side}_s"] = wall
+                    res_row[f"{side}_obj"] = obj
+            ts, ours = res_row.get("ts_s"), res_row.get("ours_s")
+            if isinstance(ts, float) and isinstance(ours, float):
+                res_row["ratio"] = ts / ours
+            elif isinstance(ts, str) and ts.startswith(">") and isinstance(ours, float):
+                res_row["ratio"] = f"> {args.max_minutes * 60 / ours:.3g}"
+            a, b = res_row.get("ts_obj"), res_row.get("ours_obj")
+            if isinstance(a, float) and isinstance(b, float):
+                res_row["obj_rel_diff"] = abs(a - b) / max(abs(a), 1e-30)
+            row("register", case, **res_row)
+    if args.profile:
+        r = args.levels.split(",")[0].replace("mm", "")
+        nonlin = args.nonlin.split(",")[0]
+        out = os.path.join(work, f"reg_{r}_{nonlin}_prof")
+        os.makedirs(out, exist_ok=True)
+        prof = os.path.join(work, "register_ours.prof")
+        cmd = [sys.executable, "-m", "cProfile", "-o", prof, "-m", "nitorch_jit.compat",
+               nitorch, *register_args(paths[f"mni{r}"], paths[f"colin{r}"], out, nonlin, iters,
+                                       args.pyramid)]
+        wall, rc, so, se = run_proc(cmd, env=env_ours(), timeout=cap,
+                                    log=os.path.join(work, "register_prof.log"))
+        if rc != 0 or not os.path.exists(prof):
+            row("register", f"profile ours {r} mm {nonlin}", error=first_error(se), rc=rc)
+        else:
+            inside, total, top = kernel_share(prof)
+            row("register", f"profile ours {r} mm {nonlin}", ours_s=wall,
+                note=f"inside nitorch_jit {inside:.1f} s of {total:.1f} s profiled "
+                     f"({100 * inside / total:.0f} %); top: "
+                     + ", ".join(f"{n} {t:.1f}s" for n, t in top[:3]))
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. nitorch reslice
+
+
+def section_reslice(args, work):
+    import nibabel as nib
+    import numpy as np
+    paths = prepare_data(work)
+    nitorch = nitorch_exe()
+    # an affine (rotation 8 deg about z, 5 deg about x, shift) saved by NITorch itself (LTA)
+    lta = os.path.join(work, "reslice_affine.lta")
+    code = ("import sys, math, torch; from nitorch import io\n"
+            "a, b = math.radians(8), math.radians(5)\n"
+            "rz = torch.tensor([[math.cos(a), -math.sin(a), 0, 0], [math.sin(a), math.cos(a), 0, 0],"
+            " [0, 0, 1, 0], [0, 0, 0, 1]], dtype=torch.float64)\n"
+            "rx = torch.tensor([[1, 0, 0, 0], [0, math.cos(b), -math.sin(b), 0],"
+            " [0, math.sin(b), math.cos(b), 0], [0, 0, 0, 1]], dtype=torch.float64)\n"
+            "m = rz @ rx; m[:3, 3] = torch.tensor([4.3, -3.1, 2.2])\n"
+            "io.transforms.savef(m, sys.argv[1], type=1)\n")
+    wall, rc, so, se = run_proc([sys.executable, "-c", code, lta], env=env_ts(), timeout=300)
+    if rc != 0:
+        row("reslice", "prepare affine", error=first_error(se))
+        lta = None
+    # a smooth displacement field (voxels) on the MNI 1 mm grid, up to ~3 voxels
+    disp = os.path.join(work, "reslice_disp.nii.gz")
+    if not os.path.exists(disp):
+        from scipy.ndimage import gaussian_filter
+        mni = nib.load(paths["mni1"])
+        rng = np.random.default_rng(0)
+        d = np.stack([gaussian_filter(rng.standard_normal(mni.shape), 8) for _ in range(3)], -1)
+        d *= 3 / np.abs(d).max()
+        nib.save(nib.Nifti1Image(d.astype(np.float32), mni.affine), disp)
+    cases = []
+    if lta:
+        cases += [(f"affine, order {o}", ["-l", lta], o) for o in (1, 3)]
+    cases += [(f"displacement, order {o}", ["-d", disp], o) for o in (1, 3)]
+    for name, trf, order in cases:
+        try:
+            outs, res = {}, {}
+            for side in ("ts", "ours"):
+                out = os.path.join(work, f"resliced_{side}_{len(ROWS)}.nii.gz")
+                rargs = ["reslice", paths["colin1"], *trf, "-t", paths["mni1"], "-i", str(order),
+                         "-o", out]
+                cmd = [nitorch, *rargs] if side == "ts" else compat_cmd("nitorch", *rargs)
+                wall, rc, so, se = run_proc(cmd, env=env_ts() if side == "ts" else env_ours(),
+                                            timeout=args.max_minutes * 60)
+                if rc != 0:
+                    raise RuntimeError(f"{side}: rc={rc}: {first_error(se)}")
+                res[f"{side}_s"] = wall
+                outs[side] = np.asarray(nib.load(out).dataobj, np.float64)
+            a, b = outs["ts"], outs["ours"]
+            rng_ = float(a.max() - a.min())
+            res["ratio"] = res["ts_s"] / res["ours_s"]
+            res["maxdiff_rel_range"] = float(np.abs(a - b).max()) / rng_
+            res["note"] = f"1 mm MNI grid {a.shape}, process wall time incl. imports"
+            row("reslice", name, **res)
+        except Exception as e:  # noqa: BLE001 -- reported as a row
+            row("reslice", name, error=f"{type(e).__name__}: {e}")
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. MONAI
+
+MONAI_BUILD_CODE = r'''
+import glob, os, sys
+import torch
+from torch.utils import cpp_extension
+csrc, build = os.environ["MONAI_CSRC"], os.environ["BUILD_DIR"]
+major, minor, patch = (int("".join(c for c in p if c.isdigit()) or 0)
+                       for p in torch.__version__.split("+")[0].split(".")[:3])
+# what MONAI's setup.py passes (as scripts/build_monai.sh): every .cpp, csrc on the include path,
+# its torch-version define, ATen's parallel-backend define and -fopenmp when torch uses OpenMP
+sources = sorted(glob.glob(os.path.join(csrc, "**", "*.cpp"), recursive=True))
+cflags = [f"-DMONAI_TORCH_VERSION={major * 10000 + minor * 100 + patch}"]
+ldflags = []
+info = torch._C._parallel_info()
+if "OpenMP" in info:
+    cflags += ["-DAT_PARALLEL_OPENMP=1", "-fopenmp"]
+    ldflags.append("-fopenmp")
+elif "TBB" in info:
+    cflags.append("-DAT_PARALLEL_NATIVE_TBB=1")
+else:
+    cflags.append("-DAT_PARALLEL_NATIVE=1")
+print(f"building monai._C from {len(sources)} sources in {csrc} into {build}", flush=True)
+lib = cpp_extension.load(name="_C", sources=sources, extra_include_paths=[csrc],
+                         extra_cflags=["-O3"] + cflags, extra_ldflags=ldflags,
+                         build_directory=build, verbose=False)
+print("BUILT", lib.__file__)
+'''
+
+
+def build_monai_c(build_dir, timeout=1800):
+    """Build MONAI's monai._C into build_dir (not installed). Returns (.so path, seconds, note)."""
+    os.makedirs(build_dir, exist_ok=True)
+    wall, rc, so, se = run_proc([sys.executable, "-c", MONAI_BUILD_CODE],
+                                env={"MONAI_CSRC": MONAI_CSRC, "BUILD_DIR": build_dir,
+                                     "MAX_JOBS": os.environ.get("MAX_JOBS", "2")},
+                                timeout=timeout, log=os.path.join(build_dir, "bench_build.log"))
+    m = re.search(r"^BUILT (.+)$", so, re.M)
+    if rc != 0 or not m:
+        raise RuntimeError(f"MONAI _C build failed (rc={rc}): {first_error(se + so)}")
+    return m.group(1).strip(), wall
+
+
+MONAI_WORKER = r'''
+import importlib.machinery, json, os, sys, time
+variant, so_path, out_npy, mode, repeat = sys.argv[1:6]
+repeat = int(repeat)
+if variant == "compat":
+    import nitorch_jit.compat
+    nitorch_jit.compat.install(nitorch=False, monai=True)
+elif variant == "monai_c":
+    class _Finder:
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != "monai._C":
+                return None
+            loader = importlib.machinery.ExtensionFileLoader(fullname, so_path)
+            return importlib.machinery.ModuleSpec(fullname, loader, origin=so_path)
+    sys.meta_path.insert(0, _Finder())
+import numpy as np
+import torch
+torch.set_num_threads(1)
+import monai
+from monai.config import USE_COMPILED
+from monai.transforms import Rand3DElasticd, RandAffined
+served = None
+if USE_COMPILED:
+    import monai._C as C
+    served = getattr(C, "__nitorch_jit_compat__", False) and "nitorch_jit" or C.__file__
+n = 160
+g = torch.Generator().manual_seed(0)
+x = torch.randn(1, 1, n // 8, n // 8, n // 8, generator=g)
+img = torch.nn.functional.interpolate(x, size=(n, n, n), mode="trilinear", align_corners=True)[0]
+img = img.float().contiguous()
+res = {"use_compiled": bool(USE_COMPILED), "served": served, "mode": mode}
+tfs = {
+    "Rand3DElasticd": Rand3DElasticd(keys="img", sigma_range=(5, 7), magnitude_range=(50, 100),
+                                     prob=1.0, mode=mode, padding_mode="border"),
+    "RandAffined": RandAffined(keys="img", prob=1.0, rotate_range=(0.3, 0.3, 0.3),
+                               scale_range=(0.1, 0.1, 0.1), translate_range=(5, 5, 5),
+                               mode=mode, padding_mode="border"),
+}
+for name, tf in tfs.items():
+    tf.set_random_state(seed=0)
+    t = time.perf_counter()
+    y = tf({"img": img})["img"]
+    first = time.perf_counter() - t
+    np.save(out_npy.replace(".npy", f"_{name}.npy"), np.asarray(y.detach().cpu().numpy(), np.float32))
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        tf({"img": img})
+        best = min(best, time.perf_counter() - t)
+    res[name] = {"ms": best * 1e3, "first_ms": first * 1e3, "dtype": str(y.dtype)}
+print("RESULT " + json.dumps(res))
+'''
+
+
+def section_monai(args, work):
+    import numpy as np
+    so_path, note_c = None, None
+    try:
+        cached = sorted(glob.glob(os.path.join(args.monai_build, "_C*.so")))
+        if cached and not args.rebuild_monai:
+            so_path, note_c = cached[0], "MONAI _C: reused build in " + args.monai_build
+        else:
+            so_path, wall = build_monai_c(args.monai_build)
+            note_c = f"MONAI _C: built in {wall:.0f} s"
+        row("monai", "MONAI's own _C", note=f"{note_c} ({so_path})")
+    except Exception as e:  # noqa: BLE001
+        row("monai", "MONAI's own _C", error=f"{type(e).__name__}: {e}")
+    variants = [("default", {"BUILD_MONAI": None}), ("compat", {"BUILD_MONAI": "1"})]
+    if so_path:
+        variants.append(("monai_c", {"BUILD_MONAI": "1"}))
+    for order, modes in ((1, ["bilinear"]), (3, ["bicubic"])):
+        results, outs = {}, {}
+        for variant, env in variants:
+            mode = modes[0]
+            npy = os.path.join(work, f"monai_{variant}_{order}.npy")
+            env = dict(env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                       NI_COMPILED_BACKEND=None)
+            wall, rc, so, se = run_proc(
+                [sys.executable, "-c", MONAI_WORKER, variant, so_path or "", npy, mode,
+                 str(args.repeat)], env=env, timeout=args.max_minutes * 60,
+                log=os.path.join(work, f"monai_{variant}_{order}.log"))
+            m = re.search(r"^RESULT (.+)$", so, re.M)
+            if rc != 0 or not m:
+                results[variant] = {"error": first_error(se) if rc is not None else
+                                    f"> {args.max_minutes:g} min"}
+                continue
+            results[variant] = json.loads(m.group(1))
+            outs[variant] = npy
+        for tf in ("Rand3DElasticd", "RandAffined"):
+            r = {}
+            for variant, _ in variants:
+                v = results.get(variant, {})
+                r[f"{variant}_ms"] = v[tf]["ms"] if tf in v else v.get("error", "—")
+                if tf in v:
+                    r[f"{variant}_served"] = v.get("served") or "grid_sample (not compiled)"
+            if isinstance(r.get("default_ms"), float) and isinstance(r.get("compat_ms"), float):
+                r["default/ours"] = r["default_ms"] / r["compat_ms"]
+            if isinstance(r.get("monai_c_ms"), float) and isinstance(r.get("compat_ms"), float):
+                r["monai_c/ours"] = r["monai_c_ms"] / r["compat_ms"]
+            diffs = {}
+            loaded = {}
+            for variant in outs:
+                f = outs[variant].replace(".npy", f"_{tf}.npy")
+                if os.path.exists(f):
+                    loaded[variant] = np.load(f).astype(np.float64)
+            for a, b in (("compat", "default"), ("compat", "monai_c")):
+                if a in loaded and b in loaded and loaded[a].shape == loaded[b].shape:
+                    rng_ = float(loaded[b].max() - loaded[b].min()) or 1.0
+                    diffs[f"{a}-{b}"] = float(np.abs(loaded[a] - loaded[b]).max()) / rng_
+            r["maxdiff_rel_range"] = ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()) or "—"
+            row("monai", f"{tf}, 160^3, 1 thread, {modes[0]} (order {order})", **r)
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. NITorch's own C backend
+
+KERNEL_WORKER = r'''
+import json, sys, time
+import torch
+which, size, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(1)
+if which == "nitorch_c":
+    import nitorch._C.spatial as S
+    assert "nitorch_jit" not in (getattr(S, "__file__", "") or ""), S.__file__
+else:
+    import nitorch_jit.compat.nitorch as S
+origin = getattr(S, "__file__", "?")
+g = torch.Generator().manual_seed(0)
+shape = [size] * 3
+img = torch.randn([1, 1] + shape, generator=g)
+idt = torch.stack(torch.meshgrid(*[torch.arange(s, dtype=torch.float32) for s in shape],
+                                 indexing="ij"), -1)
+grid = (idt + (torch.rand(shape + [3], generator=g) * 2 - 1) * 2)[None].contiguous()
+
+def best(fn):
+    fn()
+    t_best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        t_best = min(t_best, time.perf_counter() - t)
+    return t_best * 1e3, out
+
+res = {"origin": origin}
+outs = {}
+bnd = [S.BoundType.dct2] * 3
+for order in (1, 3):
+    itp = [S.InterpolationType(order)] * 3
+    res[f"grid_pull_{order}"], outs[f"pull{order}"] = best(lambda: S.grid_pull(img, grid, bnd, itp, 1))
+    res[f"grid_push_{order}"], outs[f"push{order}"] = best(lambda: S.grid_push(img, grid, shape, bnd, itp, 1))
+# fmg_grid: a displacement-field solve as in registration (bending + lame, cg, 2 cycles x 2 iters)
+hess = torch.rand([1, 6] + shape, generator=g)
+hess[:, :3] += 1
+grad = torch.randn([1, 3] + shape, generator=g)
+empty = torch.Tensor()
+res["fmg_grid"], outs["fmg"] = best(lambda: S.fmg_grid(
+    hess, grad, empty, empty, 1e-4, 1e-3, 0.2, 0.05, 0.2, [1., 1., 1.], [S.BoundType.dft] * 3,
+    2, 2, 16, True))
+torch.save(outs, sys.argv[4])
+print("RESULT " + json.dumps(res))
+'''
+
+
+def section_nitorch_c(args, work):
+    venv = args.c_venv
+    py = os.path.join(venv, "bin", "python")
+    status = None
+    if not os.path.exists(py):
+        wall, rc, so, se = run_proc(["python3", "-m", "venv", venv], timeout=300)
+        wall2, rc2, so2, se2 = run_proc(
+            [os.path.join(venv, "bin", "pip"), "install", "torch==2.13.0", "numpy", "scipy",
+             "torch-interpol", "setuptools", "ninja"], timeout=1800)
+        if rc2 != 0:
+            row("nitorch_c", "venv", error=first_error(se2))
+            return
+    probe = "import nitorch._C.spatial as S; print('C_OK', S.__file__)"
+    wall, rc, so, se = run_proc([py, "-c", probe], env={"NI_COMPILED_BACKEND": "C"}, timeout=300)
+    if "C_OK" not in so:
+        src = os.path.join(tempfile.mkdtemp(prefix="nitorch_c_src_"), "nitorch")
+        shutil.copytree(NITORCH_SRC, src)
+        log = os.path.join(work, "nitorch_c_build.log")
+        wall, rc, so, se = run_proc(
+            [os.path.join(venv, "bin", "pip"), "install", "-v", "--no-build-isolation",
+             "--no-deps", src], env={"NI_COMPILED_BACKEND": "C", "NI_USE_CUDA": "0"},
+            timeout=args.c_build_minutes * 60, log=log)
+        if rc != 0:
+            text = so + se
+            m = re.search(r"^.*\berror\b.*$", text, re.M | re.I)
+            errs = [ln.strip() for ln in text.splitlines()
+                    if re.search(r"(error:|Error:|TypeError|fatal error)", ln)]
+            row("nitorch_c", "build NITorch C backend",
+                error=("timeout" if rc is None else f"rc={rc}") + f" after {wall:.0f} s; first "
+                      f"error: {errs[0] if errs else (m.group(0) if m else '?')}", log=log)
+            return
+        status = f"built in {wall:.0f} s"
+        wall, rc, so, se = run_proc([py, "-c", probe], env={"NI_COMPILED_BACKEND": "C"},
+                                    timeout=300)
+        if "C_OK" not in so:
+            row("nitorch_c", "import NITorch C backend", error=first_error(se))
+            return
+    row("nitorch_c", "NITorch C backend", note=status or "already installed in " + venv)
+    res = {}
+    for which, exe in (("nitorch_c", py), ("ours", sys.executable)):
+        out = os.path.join(work, f"kernels_{which}.pt")
+        wall, rc, so, se = run_proc([exe, "-c", KERNEL_WORKER, which, str(args.size),
+                                     str(args.repeat), out],
+                                    env={"NI_COMPILED_BACKEND": "C", "OMP_NUM_THREADS": "1"},
+                                    timeout=args.max_minutes * 60)
+        m = re.search(r"^RESULT (.+)$", so, re.M)
+        if rc != 0 or not m:
+            row("nitorch_c", f"kernels {which}", error=first_error(se))
+            return
+        res[which] = (json.loads(m.group(1)), out)
+    import torch
+    a, b = torch.load(res["nitorch_c"][1]), torch.load(res["ours"][1])
+    keys = {"grid_pull_1": "pull1", "grid_push_1": "push1", "grid_pull_3": "pull3",
+            "grid_push_3": "push3", "fmg_grid": "fmg"}
+    for k, o in keys.items():
+        tc, to = res["nitorch_c"][0][k], res["ours"][0][k]
+        d = (a[o] - b[o]).abs().max().item() / max((a[o].max() - a[o].min()).item(), 1e-30)
+        row("nitorch_c", f"{k}, {args.size}^3 float32, 1 thread", c_ms=tc, ours_ms=to,
+            ratio=tc / to, maxdiff_rel_range=d)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def print_tables(rows):
+    by = {}
+    for r in rows:
+        by.setdefault(r["section"], []).append(r)
+    for section, rs in by.items():
+        keys = []
+        for r in rs:
+            for k in r:
+                if k not in ("section",) and k not in keys:
+                    keys.append(k)
+        print(f"\n### {section}\n")
+        print("| " + " | ".join(keys) + " |")
+        print("|" + "---|" * len(keys))
+        for r in rs:
+            cells = []
+            for k in keys:
+                v = r.get(k)
+                if isinstance(v, float):
+                    if k.endswith("_s"):
+                        v = f"{v:.1f}"
+                    elif k.endswith("_ms"):
+                        v = f"{v:.0f}"
+                    elif "diff" in k:
+                        v = f"{v:.1e}"
+                    elif k.endswith("obj"):
+                        v = f"{v:.6g}"
+                    else:
+                        v = f"{v:.2f}"
+                cells.append(str(v if v is not None else "—").replace("|", "/"))
+            print("| " + " | ".join(cells) + " |")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default=",".join(SECTIONS),
+                   help="comma-separated sections: " + ", ".join(SECTIONS))
+    p.add_argument("--json", help="also write the rows as JSON to this path")
+    p.add_argument("--profile", action="store_true",
+                   help="register: profile one ours-side run, share of time in nitorch_jit")
+    p.add_argument("--max-minutes", type=float, default=15,
+                   help="cap on each subprocess; a run cut is reported as '> N min'")
+    p.add_argument("--nonlin", default="svf", help="register: svf and/or shoot (comma list)")
+    p.add_argument("--iters", default="3,3,2",
+                   help="register: affine GN iters, nonlin GN iters, interleaved outer iters")
+    p.add_argument("--pyramid", default="0:2", help="register: @pyramid --levels")
+    p.add_argument("--levels", default="2mm,1mm", help="register: resolutions (2mm, 1mm)")
+    p.add_argument("--repeat", type=int, default=3, help="monai, nitorch_c: timed repeats")
+    p.add_argument("--size", type=int, default=128, help="nitorch_c: volume size")
+    p.add_argument("--workdir", help="data and outputs (default: a new temp dir)")
+    p.add_argument("--monai-build", default="/tmp/monai_build",
+                   help="where MONAI's _C is built (reused if there)")
+    p.add_argument("--rebuild-monai", action="store_true")
+    p.add_argument("--c-venv", default="/tmp/venv_nitorch_c",
+                   help="venv for NITorch's own C backend")
+    p.add_argument("--c-build-minutes", type=float, default=20)
+    args = p.parse_args(argv)
+    work = args.workdir or tempfile.mkdtemp(prefix="bench_clients_")
+    os.makedirs(work, exist_ok=True)
+    print(f"workdir {work}; python {sys.executable}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+          flush=True)
+    funcs = {"register": section_register, "reslice": section_reslice, "monai": section_monai,
+             "nitorch_c": section_nitorch_c}
+    for name in args.only.split(","):
+        name = name.strip()
+        if name not in funcs:
+            row(name, "unknown section", error=f"choose from {', '.join(SECTIONS)}")
+            continue
+        t = time.perf_counter()
+        try:
+            funcs[name](args, work)
+        except Exception as e:  # noqa: BLE001 -- reported, the other sections go on
+            row(name, "section failed", error=f"{type(e).__name__}: {e}",
+                trace=traceback.format_exc().splitlines()[-3:])
+        print(f"[{name}] done in {time.perf_counter() - t:.0f} s", flush=True)
+    print_tables(ROWS)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"argv": sys.argv, "workdir": work, "rows": ROWS}, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
