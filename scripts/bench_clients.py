@@ -34,7 +34,7 @@ nitorch_c  NITorch's own C++ backend (``NI_COMPILED_BACKEND=C pip install``) in 
 Run (from the repository root, in the venv that has nitorch, monai, nilearn, nibabel)::
 
     python scripts/bench_clients.py [--only register,reslice,monai,nitorch_c] [--json out.json]
-        [--profile] [--max-minutes 15] [--nonlin svf[,shoot]] [--iters 3,3,2]
+        [--profile] [--max-minutes 15] [--nonlin svf[,shoot]] [--iters 2,2,1]
         [--levels 2mm,1mm] [--workdir DIR]
 
 Times are wall-clock times on whatever machine this runs on: on a shared machine they move with
@@ -66,6 +66,7 @@ ROWS = []  # dicts: section, case, ...
 def row(section, case, **kw):
     r = {"section": section, "case": case}
     r.update(kw)
+    r["load1"] = round(os.getloadavg()[0], 1)  # the machine's load when the row was made
     ROWS.append(r)
     print(f"[{section}] {case}: " + ", ".join(f"{k}={v}" for k, v in kw.items()), flush=True)
     return r
@@ -383,6 +384,7 @@ MONAI_WORKER = r'''
 import importlib.machinery, json, os, sys, time
 variant, so_path, out_npy, mode, repeat = sys.argv[1:6]
 repeat = int(repeat)
+mode = int(mode) if mode.isdigit() else mode
 if variant == "compat":
     import nitorch_jit.compat
     nitorch_jit.compat.install(nitorch=False, monai=True)
@@ -449,31 +451,37 @@ def section_monai(args, work):
     variants = [("default", {"BUILD_MONAI": None}), ("compat", {"BUILD_MONAI": "1"})]
     if so_path:
         variants.append(("monai_c", {"BUILD_MONAI": "1"}))
-    for order, modes in ((1, ["bilinear"]), (3, ["bicubic"])):
+    for order, modes in ((1, ["bilinear"]), (3, ["bicubic", 3])):
         results, outs = {}, {}
         for variant, env in variants:
-            mode = modes[0]
             npy = os.path.join(work, f"monai_{variant}_{order}.npy")
             env = dict(env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                        NI_COMPILED_BACKEND=None)
-            wall, rc, so, se = run_proc(
-                [sys.executable, "-c", MONAI_WORKER, variant, so_path or "", npy, mode,
-                 str(args.repeat)], env=env, timeout=args.max_minutes * 60,
-                log=os.path.join(work, f"monai_{variant}_{order}.log"))
-            m = re.search(r"^RESULT (.+)$", so, re.M)
-            if rc != 0 or not m:
-                results[variant] = {"error": first_error(se) if rc is not None else
-                                    f"> {args.max_minutes:g} min"}
-                continue
-            results[variant] = json.loads(m.group(1))
-            outs[variant] = npy
+            errors = []
+            for mode in modes:  # order 3: 'bicubic', else MONAI's int spline order
+                wall, rc, so, se = run_proc(
+                    [sys.executable, "-c", MONAI_WORKER, variant, so_path or "", npy, str(mode),
+                     str(args.repeat)], env=env, timeout=args.max_minutes * 60,
+                    log=os.path.join(work, f"monai_{variant}_{order}_{mode}.log"))
+                m = re.search(r"^RESULT (.+)$", so, re.M)
+                if rc == 0 and m:
+                    results[variant] = json.loads(m.group(1))
+                    results[variant]["errors"] = errors
+                    outs[variant] = npy
+                    break
+                errors.append(f"mode={mode!r}: " + (first_error(se) if rc is not None else
+                                                   f"> {args.max_minutes:g} min"))
+            else:
+                results[variant] = {"error": "; ".join(errors)}
         for tf in ("Rand3DElasticd", "RandAffined"):
             r = {}
             for variant, _ in variants:
                 v = results.get(variant, {})
                 r[f"{variant}_ms"] = v[tf]["ms"] if tf in v else v.get("error", "—")
                 if tf in v:
-                    r[f"{variant}_served"] = v.get("served") or "grid_sample (not compiled)"
+                    r[f"{variant}_path"] = (v.get("served") or "not compiled") + \
+                        f", mode={v['mode']!r}, {v[tf]['dtype']}" + \
+                        ("; " + "; ".join(v["errors"]) if v.get("errors") else "")
             if isinstance(r.get("default_ms"), float) and isinstance(r.get("compat_ms"), float):
                 r["default/ours"] = r["default_ms"] / r["compat_ms"]
             if isinstance(r.get("monai_c_ms"), float) and isinstance(r.get("compat_ms"), float):
@@ -489,7 +497,7 @@ def section_monai(args, work):
                     rng_ = float(loaded[b].max() - loaded[b].min()) or 1.0
                     diffs[f"{a}-{b}"] = float(np.abs(loaded[a] - loaded[b]).max()) / rng_
             r["maxdiff_rel_range"] = ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()) or "—"
-            row("monai", f"{tf}, 160^3, 1 thread, {modes[0]} (order {order})", **r)
+            row("monai", f"{tf}, 160^3, 1 thread, order {order}", **r)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -649,7 +657,7 @@ def main(argv=None):
     p.add_argument("--max-minutes", type=float, default=15,
                    help="cap on each subprocess; a run cut is reported as '> N min'")
     p.add_argument("--nonlin", default="svf", help="register: svf and/or shoot (comma list)")
-    p.add_argument("--iters", default="3,3,2",
+    p.add_argument("--iters", default="2,2,1",
                    help="register: affine GN iters, nonlin GN iters, interleaved outer iters")
     p.add_argument("--pyramid", default="0:2", help="register: @pyramid --levels")
     p.add_argument("--levels", default="2mm,1mm", help="register: resolutions (2mm, 1mm)")
