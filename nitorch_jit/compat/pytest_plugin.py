@@ -3,9 +3,8 @@
 registered as an entry point, so it never loads unless asked for."""
 from . import install, served
 
-
-def pytest_configure(config):
-    install()
+# at import, not in pytest_configure: other plugins' configure hooks may import the clients
+install()
 
 
 def pytest_report_header(config):
