@@ -35,7 +35,7 @@ Run (from the repository root, in the venv that has nitorch, monai, nilearn, nib
 
     python scripts/bench_clients.py [--only register,reslice,monai,nitorch_c] [--json out.json]
         [--profile] [--max-minutes 15] [--nonlin svf[,shoot]] [--iters 2,2,1]
-        [--levels 2mm,1mm] [--workdir DIR]
+        [--levels 2mm,1mm] [--parallel-sides] [--workdir DIR]
 
 Times are wall-clock times on whatever machine this runs on: on a shared machine they move with
 its load, so compare the two sides of one row (run back to back), not rows of different runs.
@@ -205,7 +205,7 @@ def section_register(args, work):
     iters = tuple(int(i) for i in args.iters.split(","))
     cap = args.max_minutes * 60
     # warm-up: a tiny pair at 6 mm on the ours side, so that compile time is not in the runs
-    for nonlin in args.nonlin.split(","):
+    for nonlin in ([] if args.no_warmup else args.nonlin.split(",")):
         out = os.path.join(work, f"warm_{nonlin}")
         os.makedirs(out, exist_ok=True)
         cmd = compat_cmd("nitorch", *register_args(paths["mni6"], paths["colin6"], out, nonlin,
@@ -216,13 +216,14 @@ def section_register(args, work):
         row("register", f"warm-up ours, 6 mm {nonlin} (1,1,1)",
             ours_s=wall, note=("first-use compile seen: " + "; ".join(built[:3])) if built
             else "no compile (cached)", rc=rc)
-    for res in args.levels.split(","):
+    for res in [lv for lv in args.levels.split(",") if lv]:
         r = res.replace("mm", "")
         fix, mov = paths[f"mni{r}"], paths[f"colin{r}"]
         for nonlin in args.nonlin.split(","):
             case = f"{res} affine+{nonlin}"
             res_row = {"iters": f"affine gn -n {iters[0]}, {nonlin} gn -n {iters[1]}, "
                                 f"@optim i -n {iters[2]}, levels {args.pyramid}"}
+            jobs = {}
             for side in ("ts", "ours"):
                 out = os.path.join(work, f"reg_{r}_{nonlin}_{side}")
                 os.makedirs(out, exist_ok=True)
@@ -232,7 +233,20 @@ def section_register(args, work):
                 else:
                     cmd, env = compat_cmd("nitorch", *rargs), env_ours()
                 log = os.path.join(work, f"reg_{r}_{nonlin}_{side}.log")
-                wall, rc, so, se = run_proc(cmd, env=env, timeout=cap, log=log)
+                jobs[side] = (cmd, env, log)
+            if args.parallel_sides:  # both at once: the same machine load for both sides
+                from concurrent.futures import ThreadPoolExecutor
+                with ThreadPoolExecutor(2) as pool:
+                    futs = {side: pool.submit(run_proc, cmd, env=env, timeout=cap, log=log)
+                            for side, (cmd, env, log) in jobs.items()}
+                    done = {side: f.result() for side, f in futs.items()}
+                res_row["sides"] = "run concurrently"
+            else:
+                done = {side: run_proc(cmd, env=env, timeout=cap, log=log)
+                        for side, (cmd, env, log) in jobs.items()}
+                res_row["sides"] = "run one after the other"
+            for side in ("ts", "ours"):
+                wall, rc, so, se = done[side]
                 obj, n = parse_objective(so)
                 res_row[f"{side}_iters_printed"] = n
                 if rc is None:
@@ -256,7 +270,7 @@ def section_register(args, work):
                 res_row["obj_rel_diff"] = abs(a - b) / max(abs(a), 1e-30)
             row("register", case, **res_row)
     if args.profile:
-        r = args.levels.split(",")[0].replace("mm", "")
+        r = args.profile_level.replace("mm", "")
         nonlin = args.nonlin.split(",")[0]
         out = os.path.join(work, f"reg_{r}_{nonlin}_prof")
         os.makedirs(out, exist_ok=True)
@@ -659,6 +673,11 @@ def main(argv=None):
     p.add_argument("--nonlin", default="svf", help="register: svf and/or shoot (comma list)")
     p.add_argument("--iters", default="2,2,1",
                    help="register: affine GN iters, nonlin GN iters, interleaved outer iters")
+    p.add_argument("--parallel-sides", action="store_true",
+                   help="register: run the TS and ours processes at the same time (both see "
+                        "the same machine load; use on a shared machine)")
+    p.add_argument("--no-warmup", action="store_true", help="register: skip the warm-up run")
+    p.add_argument("--profile-level", default="2mm", help="register: resolution profiled")
     p.add_argument("--pyramid", default="0:2", help="register: @pyramid --levels")
     p.add_argument("--levels", default="2mm,1mm", help="register: resolutions (2mm, 1mm)")
     p.add_argument("--repeat", type=int, default=3, help="monai, nitorch_c: timed repeats")

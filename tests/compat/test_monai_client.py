@@ -6,11 +6,10 @@ MONAI's filtering / LLTM / CRF tests are left out: only its resampling is served
 """
 import os
 import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, client_env, counts, need_shared, run_pytest
+from clients import REPO, client_env, counts, need_shared, run_pytest
 
 CORE = ["tests/utils/test_enum_bound_interp.py", "tests/networks/layers/test_grid_pull.py",
         "tests/networks/blocks/warp/test_warp.py"]
