@@ -13,12 +13,16 @@ register   ``nitorch register`` of Colin27's T1 (shared/data/colin27/ch2bet.nii.
            compiled modules; its time, compile included if any, is reported apart). Wall time of
            the process, TS/ours, final objective (last value printed by -v 1) of each.
            ``--profile`` adds a cProfile run of the ours side: share of the time spent inside
-           nitorch_jit (calls entering nitorch_jit/ from outside, inclusive) of the total.
+           nitorch_jit (inclusive time of the calls NITorch makes into the served module
+           nitorch._C.spatial, i.e. nitorch_jit/compat/, from outside nitorch_jit) of the total.
 reslice    ``nitorch reslice`` of Colin27 onto the 1 mm MNI grid through an affine (.lta) and
            through a smooth displacement field (voxels), orders 1 and 3, TS against compat:
-           process wall time and max |TS - ours| / range(TS output).
+           process wall and CPU time, max |TS - ours| / range(TS output), and the same off the
+           edge of the field of view (voxels where exactly one side is 0: NITorch's C semantics,
+           which ours follow, keep points up to 5e-2 voxel outside, its TS backend 1e-5).
 monai      MONAI ``Rand3DElasticd`` and ``RandAffined`` (prob 1) on a 160^3 float32 image,
-           1 thread, mode bilinear (order 1) and bicubic (order 3), ms per sample (min of
+           1 thread, mode bilinear (order 1) and bicubic (order 3; where MONAI's default path
+           refuses 'bicubic' in 3-D, its int mode 3, i.e. scipy), ms per sample (min of
            repeats after a warm-up), each in its own process: (a) MONAI's default path (no
            BUILD_MONAI: torch grid_sample), (b) BUILD_MONAI=1 with nitorch_jit.compat serving
            monai._C, (c) BUILD_MONAI=1 with MONAI's own compiled monai._C, built from
@@ -28,7 +32,8 @@ monai      MONAI ``Rand3DElasticd`` and ``RandAffined`` (prob 1) on a 160^3 floa
 nitorch_c  NITorch's own C++ backend (``NI_COMPILED_BACKEND=C pip install``) in a separate venv
            (--c-venv, built from a copy of shared/third_party/nitorch with a time limit): if it
            builds, ``_C.spatial.grid_pull`` / ``grid_push`` at orders 1 and 3 and ``fmg_grid`` on
-           128^3 float32, 1 thread, against ``nitorch_jit.compat.nitorch`` on the same calls;
+           128^3 float32, 1 thread (CPU ms, min of repeats), against
+           ``nitorch_jit.compat.nitorch`` on the same calls;
            if it does not, the first error of the build is the row.
 
 Run (from the repository root, in the venv that has nitorch, monai, nilearn, nibabel)::
@@ -36,9 +41,18 @@ Run (from the repository root, in the venv that has nitorch, monai, nilearn, nib
     python scripts/bench_clients.py [--only register,reslice,monai,nitorch_c] [--json out.json]
         [--profile] [--max-minutes 15] [--nonlin svf[,shoot]] [--iters 2,2,1]
         [--levels 2mm,1mm] [--parallel-sides] [--workdir DIR]
+        [--monai-variants default,compat,monai_c] [--monai-resample-only]
+    python scripts/bench_clients.py --tables-from a.json b.json   # merge earlier runs' tables
+
+A section that one run cannot fit (a slow machine) can be run on its own with --only, each
+with --json, and the tables merged with --tables-from.
 
 Times are wall-clock times on whatever machine this runs on: on a shared machine they move with
-its load, so compare the two sides of one row (run back to back), not rows of different runs.
+its load, so compare the two sides of one row, not rows of different runs. The ``*_cpu*``
+columns (CPU time of the process, user + system, from /usr/bin/time; in the 1-thread workers,
+``time.process_time``) move much less with the load; ``load1`` is the 1-minute load average when
+the row was made. ``--parallel-sides`` runs the two register processes at once, so that both
+see the same load.
 """
 import argparse
 import glob
@@ -46,6 +60,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -81,26 +96,48 @@ def fmt(x, spec="{:.3g}"):
 
 
 def run_proc(cmd, env=None, timeout=None, cwd=None, log=None):
-    """Run cmd; return (wall seconds, returncode or None on timeout, stdout, stderr)."""
+    """Run cmd; return (wall s, returncode or None on timeout, stdout, stderr, CPU s or None).
+
+    The CPU time (user + system of the child, from /usr/bin/time where there is one) moves far
+    less with the load of a shared machine than the wall time does.
+    """
     full_env = dict(os.environ)
     full_env.update(env or {})
     for k, v in list(full_env.items()):
         if v is None:
             del full_env[k]
+    tfile = None
+    if os.path.exists("/usr/bin/time"):
+        fd, tfile = tempfile.mkstemp(prefix="bench_clients_time_")
+        os.close(fd)
+        cmd = ["/usr/bin/time", "-o", tfile, "-f", "%U %S", *cmd]
     t = time.perf_counter()
+    # its own process group, so that a time-out ends the program and not only /usr/bin/time
+    p = subprocess.Popen(cmd, env=full_env, cwd=cwd, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        p = subprocess.run(cmd, env=full_env, cwd=cwd, timeout=timeout,
-                           capture_output=True, text=True)
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as e:
+        out, err = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
         rc = None
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
     wall = time.perf_counter() - t
+    cpu = None
+    if tfile:
+        try:
+            with open(tfile) as f:
+                last = f.read().strip().splitlines()[-1].split()
+            cpu = float(last[0]) + float(last[1])
+        except (OSError, IndexError, ValueError):
+            pass
+        os.unlink(tfile)
+    if rc is not None and rc != 0 and err.rstrip().endswith("exit status " + str(rc)):
+        err = err.rstrip().rsplit("\n", 1)[0]  # /usr/bin/time's own line
     if log:
         with open(log, "w") as f:
             f.write("$ " + " ".join(cmd) + "\n" + out + "\n--- stderr ---\n" + err)
-    return wall, rc, out, err
+    return wall, rc, out, err, cpu
 
 
 def first_error(text, n=3):
@@ -161,12 +198,15 @@ def prepare_data(work):
 OBJ = re.compile(r"\((affine|nonlin)\)\s*\|\s*(\d+)\s*\|[^|=]*=\s*([-+]?\d[\d.]*(?:e[-+]?\d+)?)")
 
 
+def objectives(text):
+    """The objective of every step printed by `-v 1` (affine and nonlin steps, all levels)."""
+    return [float(m[2]) for m in OBJ.findall(text)]
+
+
 def parse_objective(text):
-    """(last objective, number of iterations printed, last block) from `-v 1` output."""
-    m = OBJ.findall(text)
-    if not m:
-        return None, 0
-    return float(m[-1][2]), len(m)
+    """(last objective, number of steps printed) from `-v 1` output."""
+    objs = objectives(text)
+    return (objs[-1] if objs else None), len(objs)
 
 
 def register_args(fix, mov, out, nonlin, iters, levels):
@@ -188,14 +228,24 @@ def kernel_share(prof_path):
     def ours(func):
         return ("nitorch_jit" + os.sep) in func[0]
 
+    compat = os.path.join("nitorch_jit", "compat") + os.sep
+    runner = ("__init__.py", "__main__.py", "run.py", "pytest_plugin.py")
+
+    def kernel(func):
+        """A function of the served modules (what NITorch calls: grid_pull, fmg_grid...), not
+        the runner, the import finder nor a module body. Entries from outside are counted
+        once: our own internals re-entered through torch (autograd's apply) are not entries."""
+        return (compat in func[0] and os.path.basename(func[0]) not in runner
+                and func[2] != "<module>")
+
     inside = 0.0
     for func, (cc, nc, tt, ct, callers) in st.stats.items():
-        if not ours(func):
+        if not kernel(func):
             continue
         for caller, val in callers.items():
             if not ours(caller):
                 inside += val[3] if isinstance(val, tuple) else 0.0
-    top = sorted(((v[3], f) for f, v in st.stats.items() if ours(f)), reverse=True)[:5]
+    top = sorted(((v[3], f) for f, v in st.stats.items() if kernel(f)), reverse=True)[:5]
     return inside, total, [(f"{os.path.basename(f[0])}:{f[2]}", ct) for ct, f in top]
 
 
@@ -210,7 +260,7 @@ def section_register(args, work):
         os.makedirs(out, exist_ok=True)
         cmd = compat_cmd("nitorch", *register_args(paths["mni6"], paths["colin6"], out, nonlin,
                                                    (1, 1, 1), "0:2"))
-        wall, rc, so, se = run_proc(cmd, env=env_ours(), timeout=1800,
+        wall, rc, so, se, cpu = run_proc(cmd, env=env_ours(), timeout=1800,
                                     log=os.path.join(work, f"warm_{nonlin}.log"))
         built = re.findall(r"(?:building|built|compil\w+)[^\n]*module[^\n]*", se, re.I)
         row("register", f"warm-up ours, 6 mm {nonlin} (1,1,1)",
@@ -246,7 +296,7 @@ def section_register(args, work):
                         for side, (cmd, env, log) in jobs.items()}
                 res_row["sides"] = "run one after the other"
             for side in ("ts", "ours"):
-                wall, rc, so, se = done[side]
+                wall, rc, so, se, cpu = done[side]
                 obj, n = parse_objective(so)
                 res_row[f"{side}_iters_printed"] = n
                 if rc is None:
@@ -260,14 +310,26 @@ def section_register(args, work):
                 else:
                     res_row[f"{side}_s"] = wall
                     res_row[f"{side}_obj"] = obj
+                res_row[f"{side}_cpu_s"] = cpu
             ts, ours = res_row.get("ts_s"), res_row.get("ours_s")
             if isinstance(ts, float) and isinstance(ours, float):
                 res_row["ratio"] = ts / ours
+                if res_row.get("ts_cpu_s") and res_row.get("ours_cpu_s"):
+                    res_row["cpu_ratio"] = res_row["ts_cpu_s"] / res_row["ours_cpu_s"]
             elif isinstance(ts, str) and ts.startswith(">") and isinstance(ours, float):
                 res_row["ratio"] = f"> {args.max_minutes * 60 / ours:.3g}"
             a, b = res_row.get("ts_obj"), res_row.get("ours_obj")
             if isinstance(a, float) and isinstance(b, float):
                 res_row["obj_rel_diff"] = abs(a - b) / max(abs(a), 1e-30)
+            # the two trajectories compared step by step, up to the last step both printed
+            # (where one side was cut, this compares them there)
+            ts_objs, ours_objs = (objectives(done[s_][2]) for s_ in ("ts", "ours"))
+            k = min(len(ts_objs), len(ours_objs))
+            if k:
+                diffs = [abs(x - y) / max(abs(x), 1e-30) for x, y in zip(ts_objs, ours_objs)]
+                res_row["obj_at_common_step"] = (
+                    f"step {k}: TS {ts_objs[k - 1]:.6g}, ours {ours_objs[k - 1]:.6g}, "
+                    f"rel diff {diffs[k - 1]:.2%}; max rel diff over steps 1-{k} {max(diffs):.2%}")
             row("register", case, **res_row)
     if args.profile:
         r = args.profile_level.replace("mm", "")
@@ -278,14 +340,15 @@ def section_register(args, work):
         cmd = [sys.executable, "-m", "cProfile", "-o", prof, "-m", "nitorch_jit.compat",
                nitorch, *register_args(paths[f"mni{r}"], paths[f"colin{r}"], out, nonlin, iters,
                                        args.pyramid)]
-        wall, rc, so, se = run_proc(cmd, env=env_ours(), timeout=cap,
+        wall, rc, so, se, cpu = run_proc(cmd, env=env_ours(), timeout=cap,
                                     log=os.path.join(work, "register_prof.log"))
         if rc != 0 or not os.path.exists(prof):
             row("register", f"profile ours {r} mm {nonlin}", error=first_error(se), rc=rc)
         else:
             inside, total, top = kernel_share(prof)
             row("register", f"profile ours {r} mm {nonlin}", ours_s=wall,
-                note=f"inside nitorch_jit {inside:.1f} s of {total:.1f} s profiled "
+                note=f"inside nitorch_jit (calls into nitorch._C.spatial) {inside:.1f} s of "
+                     f"{total:.1f} s profiled "
                      f"({100 * inside / total:.0f} %); top: "
                      + ", ".join(f"{n} {t:.1f}s" for n, t in top[:3]))
 
@@ -309,7 +372,7 @@ def section_reslice(args, work):
             " [0, math.sin(b), math.cos(b), 0], [0, 0, 0, 1]], dtype=torch.float64)\n"
             "m = rz @ rx; m[:3, 3] = torch.tensor([4.3, -3.1, 2.2])\n"
             "io.transforms.savef(m, sys.argv[1], type=1)\n")
-    wall, rc, so, se = run_proc([sys.executable, "-c", code, lta], env=env_ts(), timeout=300)
+    wall, rc, so, se, cpu = run_proc([sys.executable, "-c", code, lta], env=env_ts(), timeout=300)
     if rc != 0:
         row("reslice", "prepare affine", error=first_error(se))
         lta = None
@@ -334,16 +397,24 @@ def section_reslice(args, work):
                 rargs = ["reslice", paths["colin1"], *trf, "-t", paths["mni1"], "-i", str(order),
                          "-o", out]
                 cmd = [nitorch, *rargs] if side == "ts" else compat_cmd("nitorch", *rargs)
-                wall, rc, so, se = run_proc(cmd, env=env_ts() if side == "ts" else env_ours(),
+                wall, rc, so, se, cpu = run_proc(cmd, env=env_ts() if side == "ts" else env_ours(),
                                             timeout=args.max_minutes * 60)
                 if rc != 0:
                     raise RuntimeError(f"{side}: rc={rc}: {first_error(se)}")
                 res[f"{side}_s"] = wall
+                res[f"{side}_cpu_s"] = cpu
                 outs[side] = np.asarray(nib.load(out).dataobj, np.float64)
             a, b = outs["ts"], outs["ours"]
             rng_ = float(a.max() - a.min())
             res["ratio"] = res["ts_s"] / res["ours_s"]
+            if res["ts_cpu_s"] and res["ours_cpu_s"]:
+                res["cpu_ratio"] = res["ts_cpu_s"] / res["ours_cpu_s"]
             res["maxdiff_rel_range"] = float(np.abs(a - b).max()) / rng_
+            # NITorch's own TS and C backends differ at the edge of the field of view: a point
+            # up to 5e-2 voxel outside is in bounds for C (and ours), 1e-5 for TS
+            edge = (a == 0) != (b == 0)
+            res["fov_edge_voxels"] = int(edge.sum())
+            res["maxdiff_rel_range_off_edge"] = float(np.abs(a - b)[~edge].max()) / rng_
             res["note"] = f"1 mm MNI grid {a.shape}, process wall time incl. imports"
             row("reslice", name, **res)
         except Exception as e:  # noqa: BLE001 -- reported as a row
@@ -363,6 +434,17 @@ major, minor, patch = (int("".join(c for c in p if c.isdigit()) or 0)
 # what MONAI's setup.py passes (as scripts/build_monai.sh): every .cpp, csrc on the include path,
 # its torch-version define, ATen's parallel-backend define and -fopenmp when torch uses OpenMP
 sources = sorted(glob.glob(os.path.join(csrc, "**", "*.cpp"), recursive=True))
+if os.environ.get("RESAMPLE_ONLY") == "1":
+    # only the resampling half of monai._C (what MONAI's transforms call): ext.cpp without the
+    # filtering and LLTM bindings, and resample/pushpull_cpu.cpp
+    src = open(os.path.join(csrc, "ext.cpp")).read()
+    keep = [ln for ln in src.splitlines()
+            if not any(k in ln for k in ("filtering", "lltm", "bilateral", "phl_", "tbf_",
+                                         "tjbf_", "Bilateral", "Permutohedral"))]
+    ext = os.path.join(build, "ext_resample.cpp")
+    with open(ext, "w") as f:
+        f.write("\n".join(keep) + "\n")
+    sources = [ext, os.path.join(csrc, "resample", "pushpull_cpu.cpp")]
 cflags = [f"-DMONAI_TORCH_VERSION={major * 10000 + minor * 100 + patch}"]
 ldflags = []
 info = torch._C._parallel_info()
@@ -381,12 +463,13 @@ print("BUILT", lib.__file__)
 '''
 
 
-def build_monai_c(build_dir, timeout=1800):
-    """Build MONAI's monai._C into build_dir (not installed). Returns (.so path, seconds, note)."""
+def build_monai_c(build_dir, timeout=3600, resample_only=False):
+    """Build MONAI's monai._C into build_dir (not installed). Returns (.so path, seconds)."""
     os.makedirs(build_dir, exist_ok=True)
-    wall, rc, so, se = run_proc([sys.executable, "-c", MONAI_BUILD_CODE],
+    wall, rc, so, se, cpu = run_proc([sys.executable, "-c", MONAI_BUILD_CODE],
                                 env={"MONAI_CSRC": MONAI_CSRC, "BUILD_DIR": build_dir,
-                                     "MAX_JOBS": os.environ.get("MAX_JOBS", "2")},
+                                     "MAX_JOBS": os.environ.get("MAX_JOBS", "2"),
+                                     "RESAMPLE_ONLY": "1" if resample_only else "0"},
                                 timeout=timeout, log=os.path.join(build_dir, "bench_build.log"))
     m = re.search(r"^BUILT (.+)$", so, re.M)
     if rc != 0 or not m:
@@ -439,32 +522,40 @@ for name, tf in tfs.items():
     y = tf({"img": img})["img"]
     first = time.perf_counter() - t
     np.save(out_npy.replace(".npy", f"_{name}.npy"), np.asarray(y.detach().cpu().numpy(), np.float32))
-    best = float("inf")
+    best, best_cpu = float("inf"), float("inf")
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         tf({"img": img})
         best = min(best, time.perf_counter() - t)
-    res[name] = {"ms": best * 1e3, "first_ms": first * 1e3, "dtype": str(y.dtype)}
+        best_cpu = min(best_cpu, time.process_time() - c)
+    res[name] = {"ms": best * 1e3, "cpu_ms": best_cpu * 1e3, "first_ms": first * 1e3,
+                 "dtype": str(y.dtype)}
 print("RESULT " + json.dumps(res))
 '''
 
 
 def section_monai(args, work):
     import numpy as np
+    wanted = args.monai_variants.split(",")
     so_path, note_c = None, None
     try:
+        if "monai_c" not in wanted:
+            raise LookupError("not asked (--monai-variants)")
         cached = sorted(glob.glob(os.path.join(args.monai_build, "_C*.so")))
         if cached and not args.rebuild_monai:
             so_path, note_c = cached[0], "MONAI _C: reused build in " + args.monai_build
         else:
-            so_path, wall = build_monai_c(args.monai_build)
-            note_c = f"MONAI _C: built in {wall:.0f} s"
+            so_path, wall = build_monai_c(args.monai_build,
+                                          resample_only=args.monai_resample_only)
+            note_c = f"MONAI _C: built in {wall:.0f} s" + (
+                " (resampling half only)" if args.monai_resample_only else "")
         row("monai", "MONAI's own _C", note=f"{note_c} ({so_path})")
     except Exception as e:  # noqa: BLE001
         row("monai", "MONAI's own _C", error=f"{type(e).__name__}: {e}")
     variants = [("default", {"BUILD_MONAI": None}), ("compat", {"BUILD_MONAI": "1"})]
     if so_path:
         variants.append(("monai_c", {"BUILD_MONAI": "1"}))
+    variants = [v for v in variants if v[0] in wanted]
     for order, modes in ((1, ["bilinear"]), (3, ["bicubic", 3])):
         results, outs = {}, {}
         for variant, env in variants:
@@ -473,7 +564,7 @@ def section_monai(args, work):
                        NI_COMPILED_BACKEND=None)
             errors = []
             for mode in modes:  # order 3: 'bicubic', else MONAI's int spline order
-                wall, rc, so, se = run_proc(
+                wall, rc, so, se, cpu = run_proc(
                     [sys.executable, "-c", MONAI_WORKER, variant, so_path or "", npy, str(mode),
                      str(args.repeat)], env=env, timeout=args.max_minutes * 60,
                     log=os.path.join(work, f"monai_{variant}_{order}_{mode}.log"))
@@ -492,14 +583,17 @@ def section_monai(args, work):
             for variant, _ in variants:
                 v = results.get(variant, {})
                 r[f"{variant}_ms"] = v[tf]["ms"] if tf in v else v.get("error", "—")
+                r[f"{variant}_cpu_ms"] = v[tf]["cpu_ms"] if tf in v else None
                 if tf in v:
                     r[f"{variant}_path"] = (v.get("served") or "not compiled") + \
                         f", mode={v['mode']!r}, {v[tf]['dtype']}" + \
                         ("; " + "; ".join(v["errors"]) if v.get("errors") else "")
             if isinstance(r.get("default_ms"), float) and isinstance(r.get("compat_ms"), float):
                 r["default/ours"] = r["default_ms"] / r["compat_ms"]
+                r["default/ours_cpu"] = r["default_cpu_ms"] / r["compat_cpu_ms"]
             if isinstance(r.get("monai_c_ms"), float) and isinstance(r.get("compat_ms"), float):
                 r["monai_c/ours"] = r["monai_c_ms"] / r["compat_ms"]
+                r["monai_c/ours_cpu"] = r["monai_c_cpu_ms"] / r["compat_cpu_ms"]
             diffs = {}
             loaded = {}
             for variant in outs:
@@ -539,9 +633,9 @@ def best(fn):
     fn()
     t_best = float("inf")
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = time.process_time()  # 1 thread: CPU time, steadier than wall on a loaded machine
         out = fn()
-        t_best = min(t_best, time.perf_counter() - t)
+        t_best = min(t_best, time.process_time() - t)
     return t_best * 1e3, out
 
 res = {"origin": origin}
@@ -569,20 +663,20 @@ def section_nitorch_c(args, work):
     py = os.path.join(venv, "bin", "python")
     status = None
     if not os.path.exists(py):
-        wall, rc, so, se = run_proc(["python3", "-m", "venv", venv], timeout=300)
-        wall2, rc2, so2, se2 = run_proc(
+        wall, rc, so, se, cpu = run_proc(["python3", "-m", "venv", venv], timeout=300)
+        wall2, rc2, so2, se2, _ = run_proc(
             [os.path.join(venv, "bin", "pip"), "install", "torch==2.13.0", "numpy", "scipy",
              "torch-interpol", "setuptools", "ninja"], timeout=1800)
         if rc2 != 0:
             row("nitorch_c", "venv", error=first_error(se2))
             return
     probe = "import nitorch._C.spatial as S; print('C_OK', S.__file__)"
-    wall, rc, so, se = run_proc([py, "-c", probe], env={"NI_COMPILED_BACKEND": "C"}, timeout=300)
+    wall, rc, so, se, cpu = run_proc([py, "-c", probe], env={"NI_COMPILED_BACKEND": "C"}, timeout=300)
     if "C_OK" not in so:
         src = os.path.join(tempfile.mkdtemp(prefix="nitorch_c_src_"), "nitorch")
         shutil.copytree(NITORCH_SRC, src)
         log = os.path.join(work, "nitorch_c_build.log")
-        wall, rc, so, se = run_proc(
+        wall, rc, so, se, cpu = run_proc(
             [os.path.join(venv, "bin", "pip"), "install", "-v", "--no-build-isolation",
              "--no-deps", src], env={"NI_COMPILED_BACKEND": "C", "NI_USE_CUDA": "0"},
             timeout=args.c_build_minutes * 60, log=log)
@@ -591,21 +685,24 @@ def section_nitorch_c(args, work):
             m = re.search(r"^.*\berror\b.*$", text, re.M | re.I)
             errs = [ln.strip() for ln in text.splitlines()
                     if re.search(r"(error:|Error:|TypeError|fatal error)", ln)]
-            row("nitorch_c", "build NITorch C backend",
+            stv = run_proc([py, "-c", "import setuptools; print(setuptools.__version__)"],
+                           timeout=120)[2].strip()
+            row("nitorch_c", f"build NITorch C backend (setuptools {stv})",
                 error=("timeout" if rc is None else f"rc={rc}") + f" after {wall:.0f} s; first "
                       f"error: {errs[0] if errs else (m.group(0) if m else '?')}", log=log)
             return
         status = f"built in {wall:.0f} s"
-        wall, rc, so, se = run_proc([py, "-c", probe], env={"NI_COMPILED_BACKEND": "C"},
+        wall, rc, so, se, cpu = run_proc([py, "-c", probe], env={"NI_COMPILED_BACKEND": "C"},
                                     timeout=300)
         if "C_OK" not in so:
             row("nitorch_c", "import NITorch C backend", error=first_error(se))
             return
     row("nitorch_c", "NITorch C backend", note=status or "already installed in " + venv)
+
     res = {}
     for which, exe in (("nitorch_c", py), ("ours", sys.executable)):
         out = os.path.join(work, f"kernels_{which}.pt")
-        wall, rc, so, se = run_proc([exe, "-c", KERNEL_WORKER, which, str(args.size),
+        wall, rc, so, se, cpu = run_proc([exe, "-c", KERNEL_WORKER, which, str(args.size),
                                      str(args.repeat), out],
                                     env={"NI_COMPILED_BACKEND": "C", "OMP_NUM_THREADS": "1"},
                                     timeout=args.max_minutes * 60)
@@ -621,7 +718,7 @@ def section_nitorch_c(args, work):
     for k, o in keys.items():
         tc, to = res["nitorch_c"][0][k], res["ours"][0][k]
         d = (a[o] - b[o]).abs().max().item() / max((a[o].max() - a[o].min()).item(), 1e-30)
-        row("nitorch_c", f"{k}, {args.size}^3 float32, 1 thread", c_ms=tc, ours_ms=to,
+        row("nitorch_c", f"{k}, {args.size}^3 float32, 1 thread", c_cpu_ms=tc, ours_cpu_ms=to,
             ratio=tc / to, maxdiff_rel_range=d)
 
 
@@ -686,10 +783,25 @@ def main(argv=None):
     p.add_argument("--monai-build", default="/tmp/monai_build",
                    help="where MONAI's _C is built (reused if there)")
     p.add_argument("--rebuild-monai", action="store_true")
+    p.add_argument("--monai-resample-only", action="store_true",
+                   help="build only the resampling half of MONAI's _C (ext.cpp without the "
+                        "filtering/LLTM bindings + resample/pushpull_cpu.cpp): what the "
+                        "transforms call, in a fraction of the build time")
+    p.add_argument("--monai-variants", default="default,compat,monai_c",
+                   help="monai: which of default (grid_sample), compat (ours), monai_c to run")
     p.add_argument("--c-venv", default="/tmp/venv_nitorch_c",
                    help="venv for NITorch's own C backend")
     p.add_argument("--c-build-minutes", type=float, default=20)
+    p.add_argument("--tables-from", nargs="+", metavar="JSON",
+                   help="print the tables of earlier --json files (merged) and exit")
     args = p.parse_args(argv)
+    if args.tables_from:
+        rows = []
+        for path in args.tables_from:
+            with open(path) as f:
+                rows += json.load(f)["rows"]
+        print_tables(rows)
+        return 0
     work = args.workdir or tempfile.mkdtemp(prefix="bench_clients_")
     os.makedirs(work, exist_ok=True)
     print(f"workdir {work}; python {sys.executable}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",

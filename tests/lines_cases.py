@@ -7,7 +7,7 @@ The contract is docs/splinc-resize-spec.md.
 """
 import torch
 
-from nitorch_jit.ops.resize import _affine
+from nitorch_jit.ops.resize import anchor_map
 
 F32, F64 = torch.float32, torch.float64
 ORDERS = range(8)
@@ -79,7 +79,7 @@ def resize_params(case):
     """(nin, nout, scale, shift) of a RESIZE_CASES entry."""
     nin = [n for n, _, _ in case]
     nout = [m for _, m, _ in case]
-    aff = [_affine(a, n, m, None) for n, m, a in case]
+    aff = [anchor_map(a, n, m) for n, m, a in case]
     return nin, nout, [a[0] for a in aff], [a[1] for a in aff]
 
 
@@ -134,7 +134,7 @@ def layout_sweep(K, C, device):
                 if msg or not got.is_contiguous():
                     fails.append(f"spline_coeff_nd {name} {orders}: {msg or 'not contiguous'}")
             shape = [x.shape[-2] + 3, max(1, x.shape[-1] - 2)]
-            aff = [_affine("e", x.shape[-2], shape[0], None), _affine("c", x.shape[-1], shape[1], None)]
+            aff = [anchor_map("e", x.shape[-2], shape[0]), anchor_map("c", x.shape[-1], shape[1])]
             args = ([a[0] for a in aff], [a[1] for a in aff], orders[:2], bounds[:2], True)
             got = K.resize(xd, shape, *args)
             want = C.resize(x, shape, *args)

@@ -23,7 +23,7 @@ def c_ops():
 
 
 def _affine(anchor, n, m, f=None):
-    return api._affine(anchor, n, m, f)
+    return api.anchor_map(anchor, n, m, f)
 
 
 # ----------------------------------------------------------------------------- C vs TORCH

@@ -64,59 +64,47 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(first, grid)
 
 
-def _pull_grads(grad, input, grid, opts, need_input, need_grid):
-    gi = gg = None
-    if need_input and need_grid and not torch.is_grad_enabled():
+def _spatial(x):
+    return list(x.shape[2:])
+
+
+# op -> (its gradient with respect to its input, with respect to its grid), as functions of
+# (grad, input, grid, opts)
+_RULES = {
+    "pull": (lambda g, x, grid, o: _ops.grid_push(g, grid, _spatial(x), *o),
+             lambda g, x, grid, o: _ops.grid_grad_dot(g, x, grid, *o)),
+    "push": (lambda g, x, grid, o: _ops.grid_pull(g, grid, *o),
+             lambda g, x, grid, o: _ops.grid_grad_dot(x, g, grid, *o)),
+    "grad": (lambda g, x, grid, o: _ops.grid_pushgrad(g, grid, _spatial(x), *o),
+             lambda g, x, grid, o: _ops.grid_hess_dot(g, x, grid, *o)),
+    "pushgrad": (lambda g, x, grid, o: _ops.grid_grad(g, grid, *o),
+                 lambda g, x, grid, o: _ops.grid_hess_dot(x, g, grid, *o)),
+}
+
+
+def _grads(op, grad, input, grid, opts, need_input, need_grid):
+    if op == "pull" and need_input and need_grid and not torch.is_grad_enabled():
         # both gradients in one pass over the points (grid_pull_backward has no autograd of
-        # its own: with create_graph=True the differentiable pair below is used instead)
+        # its own: with create_graph=True the differentiable pair is used instead)
         return _ops.grid_pull_backward(grad, input, grid, *opts)
-    if need_input:
-        gi = _ops.grid_push(grad, grid, list(input.shape[2:]), *opts)
-    if need_grid:
-        gg = _ops.grid_grad_dot(grad, input, grid, *opts)
-    return gi, gg
+    to_input, to_grid = _RULES[op]
+    return (to_input(grad, input, grid, opts) if need_input else None,
+            to_grid(grad, input, grid, opts) if need_grid else None)
 
 
-def _push_grads(grad, input, grid, opts, need_input, need_grid):
-    gi = gg = None
-    if need_input:
-        gi = _ops.grid_pull(grad, grid, *opts)
-    if need_grid:
-        gg = _ops.grid_grad_dot(input, grad, grid, *opts)
-    return gi, gg
-
-
-def _grad_grads(grad, input, grid, opts, need_input, need_grid):
-    gi = gg = None
-    if need_input:
-        gi = _ops.grid_pushgrad(grad, grid, list(input.shape[2:]), *opts)
-    if need_grid:
-        gg = _ops.grid_hess_dot(grad, input, grid, *opts)
-    return gi, gg
-
-
-def _pushgrad_grads(grad, input, grid, opts, need_input, need_grid):
-    gi = gg = None
-    if need_input:
-        gi = _ops.grid_grad(grad, grid, *opts)
-    if need_grid:
-        gg = _ops.grid_hess_dot(input, grad, grid, *opts)
-    return gi, gg
-
-
-def _autograd(grads, extra):
-    """The backward of an op from its gradient rule (`extra` Nones for the options)."""
+def _autograd(op, nopts):
+    """The backward of `op` from its gradient rule (None for its `nopts` option inputs)."""
     def backward(ctx, grad):
         input, grid = ctx.saved_tensors
-        gi, gg = grads(grad, input, grid, ctx.opts, *ctx.needs_input_grad[:2])
-        return (gi, gg) + (None,) * extra
+        return _grads(op, grad, input, grid, ctx.opts, *ctx.needs_input_grad[:2]) \
+            + (None,) * nopts
     return backward
 
 
-_pull_backward = _autograd(_pull_grads, 3)
-_push_backward = _autograd(_push_grads, 4)
-_grad_backward = _autograd(_grad_grads, 3)
-_pushgrad_backward = _autograd(_pushgrad_grads, 4)
+_pull_backward = _autograd("pull", 3)
+_push_backward = _autograd("push", 4)
+_grad_backward = _autograd("grad", 3)
+_pushgrad_backward = _autograd("pushgrad", 4)
 
 
 def _setup_dot(ctx, inputs, output):
@@ -454,9 +442,6 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
 
 pull, push, count = grid_pull, grid_push, grid_count
 
-_GRADS = {"pull": _pull_grads, "push": _push_grads, "grad": _grad_grads}
-
-
 @document
 def resample_backward(op, grad, input, grid, interpolation="linear", bound="zero",
                       extrapolate=False, input_grad=True, grid_grad=True):
@@ -498,7 +483,7 @@ def resample_backward(op, grad, input, grid, interpolation="linear", bound="zero
     >>> gi, gg
     (tensor([[[0.0000, 0.5000, 0.5000, 0.0000]]]), tensor([[[3.]]]))
     """
-    if op not in _GRADS:
+    if op not in ("pull", "push", "grad"):
         raise ValueError(f"op: expected 'pull', 'push' or 'grad', got {op!r}")
     dim = _grid_dim(grid)
     _check_input(input, dim, grid)
@@ -511,8 +496,8 @@ def resample_backward(op, grad, input, grid, interpolation="linear", bound="zero
     if dtype in _HALF or gdtype in _HALF or grad.dtype in _HALF:
         input, grid, grad = input.float(), grid.float(), grad.float()
     _ensure(input.device)
-    gi, gg = _GRADS[op](grad.to(input.dtype), input, grid, opts, bool(input_grad),
-                        bool(grid_grad))
+    gi, gg = _grads(op, grad.to(input.dtype), input, grid, opts, bool(input_grad),
+                    bool(grid_grad))
     return (None if gi is None else gi.to(dtype)), (None if gg is None else gg.to(gdtype))
 
 
