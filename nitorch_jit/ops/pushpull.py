@@ -11,7 +11,7 @@ import torch
 
 from .. import backend
 from . import library  # noqa: F401  (defines the schemas)
-from .options import bound_codes, check_tensor, document, order_codes
+from .options import check_tensor, document, resampling_options
 from .splinc import prefilter as _prefilter
 
 _ops = torch.ops.nitorch_jit
@@ -20,6 +20,27 @@ _HALF = (torch.float16, torch.bfloat16)
 
 def _ensure(device):
     backend.ensure_eager(_MODULE, device)
+
+
+_BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
+
+
+def _call(op, x, g, *args):
+    """op(x, g, *args). When no gradient can flow (grad mode off, or neither tensor requires
+    one) it enters the dispatcher below autograd, as torch.library's autograd kernel itself
+    does then: that skips the Python autograd layer, most of a small call's cost."""
+    if (torch.is_grad_enabled() and (x.requires_grad or g.requires_grad)) \
+            or backend._is_compiling():
+        return op(x, g, *args)
+    with _BELOW_AUTOGRAD():
+        return op(x, g, *args)
+
+
+def _restore(out, batch, dtype):
+    """The kernels' [B, ...] output with the caller's batch dims and dtype."""
+    if len(batch) != 1:
+        out = out.reshape(tuple(batch) + out.shape[1:])
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 # ----------------------------------------------------------------------------- fake kernels
@@ -186,6 +207,10 @@ def _broadcast(a, b):
 
 def _prepare(input, grid, dim, input_core):
     """Broadcast batch dims; return flattened input, grid, the batch shape and the dtype."""
+    if (input.dim() == input_core + 1 and grid.dim() == dim + 2
+            and input.shape[0] == grid.shape[0] and input.dtype not in _HALF
+            and grid.dtype not in _HALF):  # one batch dim each, the same: nothing to do
+        return input, grid, input.shape[:1], input.dtype
     ibatch = input.shape[:input.dim() - input_core]
     gbatch = grid.shape[:grid.dim() - dim - 1]
     batch = _broadcast(ibatch, gbatch)
@@ -206,10 +231,7 @@ def _half_kernels(input):
             and input.device.type == "cuda" and backend.ensure(_MODULE, input.device) == "C")
 
 
-def _options(dim, interpolation, bound, extrapolate):
-    if not isinstance(extrapolate, (bool, int)):
-        raise TypeError(f"extrapolate: expected True or False, got {extrapolate!r}")
-    return order_codes(interpolation, dim), bound_codes(bound, dim), bool(extrapolate)
+_options = resampling_options
 
 
 def _shape_arg(shape, dim, default):
@@ -288,8 +310,7 @@ def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
         input = _prefilter(input, *opts[:2])
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
     _ensure(x.device)
-    out = _ops.grid_pull(x, g, *opts)
-    return out.reshape(batch + out.shape[1:]).to(dtype)
+    return _restore(_call(_ops.grid_pull.default, x, g, *opts), batch, dtype)
 
 
 def _pull_labels(input, grid, interpolation, bound, extrapolate, prefilter):
@@ -356,10 +377,10 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
     opts = _options(dim, interpolation, bound, extrapolate)
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
     _ensure(x.device)
-    out = _ops.grid_push(x, g, shape, *opts)
+    out = _call(_ops.grid_push.default, x, g, shape, *opts)
     if prefilter:  # the transposed filter, so that push stays the adjoint of pull
         out = _prefilter(out, *opts[:2], adjoint=True)
-    return out.reshape(batch + out.shape[1:]).to(dtype)
+    return _restore(out, batch, dtype)
 
 
 @document
@@ -437,8 +458,7 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
         input = _prefilter(input, *opts[:2])
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
     _ensure(x.device)
-    out = _ops.grid_grad(x, g, *opts)
-    return out.reshape(batch + out.shape[1:]).to(dtype)
+    return _restore(_call(_ops.grid_grad.default, x, g, *opts), batch, dtype)
 
 
 pull, push, count = grid_pull, grid_push, grid_count
