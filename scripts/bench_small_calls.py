@@ -7,7 +7,7 @@ pull / push / grad at orders 1 and 3 on a 2-D 40 x 60 grid (2,400 points) and a 
 grid (4,096 points), each into an image of the grid's shape, beside F.grid_sample where it
 applies (bilinear / bicubic, border, align_corners=True); the call overhead (a pull of one
 point, order 1); and the cost of one TORCH relax sweep in matvec units (32^3 x 2 field,
-membrane + bending, diagonal Hessian, dct2).
+membrane + bending, diagonal Hessian, dct2; 4 sweeps per call, as solve_field runs them).
 
     python scripts/bench_small_calls.py [--busy] [--calls 400]
 
@@ -90,8 +90,10 @@ def cases():
     return out
 
 
-def relax_sweep_in_matvecs(repeat=5):
-    """One TORCH reg_relax_ sweep / one TORCH reg_matvec, same system (32^3 x 2 field)."""
+def relax_sweep_in_matvecs(repeat=5, sweeps=4):
+    """One TORCH reg_relax_ sweep / one TORCH reg_matvec, same system (32^3 x 2 field). The
+    sweeps are timed as solve_field(optim='relax') runs them, 4 per call (its check_every):
+    the per-call set-up (voxel blocks, padded copy) is shared by the 4."""
     from nitorch_jit.ops import regularisers as R
     from nitorch_jit.ops import solvers as S
     from nitorch_jit.torch_impl import regsolve as twin
@@ -103,7 +105,8 @@ def relax_sweep_in_matvecs(repeat=5):
     period = R.colour_periods(p.taps, p.shape, p.bound)
     x = torch.zeros_like(p.x)
     t_mv = timeit(lambda: twin.reg_matvec(x, p.hessian, None, p.taps), repeat)
-    t_rx = timeit(lambda: twin.reg_relax_(x, p.hessian, p.x, None, p.taps, period, 1), repeat)
+    t_rx = timeit(lambda: twin.reg_relax_(x, p.hessian, p.x, None, p.taps, period, sweeps),
+                  repeat) / sweeps
     return t_rx, t_mv, period
 
 
