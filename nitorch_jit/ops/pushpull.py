@@ -36,6 +36,29 @@ def _call(op, x, g, *args):
         return op(x, g, *args)
 
 
+_PLAIN_DTYPES = (torch.float32, torch.float64)
+
+
+def _plain(input, grid):
+    """D when a call needs no normalisation: plain tensors of one dtype (float32/64) and one
+    device, one batch dim each and the same, D spatial dims, nothing empty, the backend chosen;
+    else 0 (the full path then checks everything and raises its messages). Small calls are
+    most of their own cost: this path skips the shape algebra, with a few attribute reads."""
+    if type(input) is not torch.Tensor or type(grid) is not torch.Tensor \
+            or backend._is_compiling():
+        return 0
+    nd = input.dim()
+    dim = nd - 2
+    if not 1 <= dim <= 3 or grid.dim() != nd or grid.shape[-1] != dim \
+            or input.shape[0] != grid.shape[0] or input.dtype not in _PLAIN_DTYPES \
+            or grid.dtype != input.dtype or not input.numel() or not grid.numel():
+        return 0
+    device = input.device
+    if grid.device != device or backend._STATE.get((_MODULE, device.type)) is None:
+        return 0
+    return dim
+
+
 def _restore(out, batch, dtype):
     """The kernels' [B, ...] output with the caller's batch dims and dtype."""
     if len(batch) != 1:
@@ -301,6 +324,10 @@ def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     >>> grid_pull(x, at, 'cubic', 'dct2', prefilter=True).round(decimals=4)
     tensor([[[1.0000, 4.0000, 6.1142]]])
     """
+    dim = _plain(input, grid)
+    if dim and not prefilter:
+        return _call(_ops.grid_pull.default, input, grid,
+                     *_options(dim, interpolation, bound, extrapolate))
     dim = _grid_dim(grid)
     _check_input(input, dim, grid, label_ok=True)
     if not input.is_floating_point():
@@ -368,6 +395,13 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
     >>> grid_push(torch.tensor([[[2.]]]), torch.tensor([[[1.25]]]), shape=[4])
     tensor([[[0.0000, 1.5000, 0.5000, 0.0000]]])
     """
+    dim = _plain(input, grid)
+    if dim and input.shape[2:] == grid.shape[1:-1]:
+        shape = _shape_arg(shape, dim, input.shape[2:])
+        opts = _options(dim, interpolation, bound, extrapolate)
+        out = _call(_ops.grid_push.default, input, grid, shape, *opts)
+        # the transposed filter, so that push stays the adjoint of pull
+        return _prefilter(out, *opts[:2], adjoint=True) if prefilter else out
     dim = _grid_dim(grid)
     _check_input(input, dim, grid)
     if tuple(input.shape[-dim:]) != tuple(grid.shape[-dim - 1:-1]):
@@ -451,6 +485,10 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     tensor([[[[3.],
               [5.]]]])
     """
+    dim = _plain(input, grid)
+    if dim and not prefilter:
+        return _call(_ops.grid_grad.default, input, grid,
+                     *_options(dim, interpolation, bound, extrapolate))
     dim = _grid_dim(grid)
     _check_input(input, dim, grid)
     opts = _options(dim, interpolation, bound, extrapolate)
