@@ -99,6 +99,26 @@ def test_pushpull_batches_same_on_both_sides_of_the_grain(knobs, two_threads):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+@pytest.mark.parametrize("order", [1, 3])
+def test_affine_same_on_both_sides_of_the_grain(knobs, two_threads, order, dtype):
+    """affine_pull (gather: rows of computed coordinates) and affine_push (scatter)."""
+    img, _ = _data([12, 10, 14], dtype=dtype)
+    mat = torch.tensor([[0.9, 0.1, 0.0, 0.5], [-0.1, 1.0, 0.05, 0.2], [0.0, 0.02, 1.1, -0.3]],
+                       dtype=dtype)
+    total = img[0, 0].numel() * _point_cost(order, 3, 2, 0, False)
+    ref_pull = ref_push = None
+    for w in _sides(total):
+        knobs(parallel_min_work=w)
+        pull = nj.affine_pull(img, mat, None, order, "dct2", True)
+        push = nj.affine_push(img, mat, [12, 10, 14], order, "dct2", True)
+        if ref_pull is None:
+            ref_pull, ref_push = pull, push
+        assert torch.equal(pull, ref_pull), w
+        tol = 1e-12 if dtype == F64 else 1e-5
+        torch.testing.assert_close(push, ref_push, rtol=tol, atol=tol, msg=f"knob {w}")
+
+
 def _sweep(knobs, run):
     """run() with the knob at every power of two from 1 to 2^30: each call site of the op is
     on both sides of its threshold somewhere in the sweep; all results equal bit for bit."""
