@@ -155,8 +155,8 @@ def ensure(module, device):
 
     Cheap after the first call. The first call may compile (progress goes to stderr).
     """
-    device_type = torch.device(device).type
-    state = _STATE.get((module, device_type))
+    device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
+    state = _STATE.get((module, device_type))  # the hot path: one dict lookup
     if state is not None:
         return state[0]
     if device_type == "meta":

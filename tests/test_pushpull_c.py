@@ -373,7 +373,8 @@ def _with_threads(n, fn):
 @pytest.mark.parametrize("order", [[1, 1, 1], [3, 3, 3], [2, 1, 0]])
 def test_push_thread_count_independent(C, op, order, knobs):
     S = [20, 18, 22]
-    O = [24, 20, 26]  # 12480 points: above the parallel grain size
+    O = [24, 20, 26]  # 12480 points: split among threads with the grain knob at 1
+    knobs(parallel_min_work=1)
     grid = rand_coords(O, S, margin=1.0, seed=11)
     val = randn(1, 2, *O, *([3] if op == "grid_pushgrad" else []), seed=12)
     run = lambda: getattr(C, op)(val, grid, S, order, [2, 6, 3], True)  # noqa: E731
@@ -388,7 +389,8 @@ def test_push_thread_count_independent(C, op, order, knobs):
     torch.testing.assert_close(_with_threads(2, run32).double(), one, rtol=1e-4, atol=1e-4)
 
 
-def test_pull_parallel_equals_serial(C):
+def test_pull_parallel_equals_serial(C, knobs):
+    knobs(parallel_min_work=1)  # small enough to split
     S = [20, 18, 22]
     grid = rand_coords([24, 20, 26], S, margin=1.0, seed=13)
     x = randn(2, 2, *S, seed=14)

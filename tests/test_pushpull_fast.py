@@ -244,9 +244,10 @@ def test_pull_backward_autograd(C, TORCH, D):
 
 
 @pytest.mark.parametrize("op", ["grid_push", "grid_pull_backward"])
-def test_batch_split_scatter_thread_independent(C, op):
+def test_batch_split_scatter_thread_independent(C, op, knobs):
     """With several images, each thread scatters whole images: 1 and 2 threads give the same
     bits (the split into private copies would differ in rounding)."""
+    knobs(parallel_min_work=1)  # small enough to split
     S, O = (12, 14), (12, 14)
     img = data(6, 2, *S)
     grid = coords(6, O, S).nan_to_num(0.0, 0.0, 0.0)

@@ -330,13 +330,14 @@ def test_relax_realistic_converges(C, dim):
 
 
 @pytest.mark.parametrize("dim", [2, 3])
-def test_relax_wave_order_threads(C, dim):
+def test_relax_wave_order_threads(C, dim, knobs):
     """reg_relax_ runs the colours' tasks plane by plane in a wave (rows in a wave within a
     plane), whole planes per thread, iterations pipelined in groups of 4: every voxel sees the
     values of the colour by colour sweep, so the result is the twin's, bit for bit the same on
     1, 2 or 3 threads. Sizes not a multiple of the period, dft (wrapped neighbours) and dct2,
     periods larger than needed, weights, symmetric H, several batches, nb_iter = 5 (a group
     of 4 and one of 1)."""
+    knobs(parallel_min_work=1)  # small enough to split
     rng = random.Random(70 + dim)
     torch.manual_seed(70 + dim)
     shapes = {2: [[11, 9], [13, 6]], 3: [[11, 9, 13], [13, 7, 10]]}[dim]

@@ -284,7 +284,8 @@ def test_torch_backend_subprocess(c_ops, tmp_path):
     assert torch.allclose(c, splinc.spline_coeff_nd(x, 4, "dft", dim=2), atol=1e-10)
 
 
-def test_threads_agree(c_ops):
+def test_threads_agree(c_ops, knobs):
+    knobs(parallel_min_work=1)  # small enough to split
     fwd, adj = c_ops
     x = torch.randn(3, 2, 20, 17, 9, dtype=torch.float64)
     args = ([31, 8, 9], [20 / 31, 17 / 8, 1.0], [0.1, 0.2, 0.0], [3, 1, 2], [2, 5, 1], True)

@@ -290,7 +290,8 @@ def test_torch_compile(c_op):
     assert torch.allclose(torch.compile(g, fullgraph=True)(x), g(x))
 
 
-def test_threads_agree(c_op):
+def test_threads_agree(c_op, knobs):
+    knobs(parallel_min_work=1)  # small enough to split
     x = torch.randn(6, 40, 33, dtype=torch.float64)
     n = torch.get_num_threads()
     try:

@@ -1283,12 +1283,13 @@ bool try_pull_avx2(const Geom& G, const Src& src, const Op& op) {
     }
   };
   if (tile == 0) {
-    at::parallel_for(0, G.B * G.P, grain_size(G), [&](int64_t b, int64_t e) {
+    parallel::parallel_for(0, G.B * G.P, point_cost(G, 0), [&](int64_t b, int64_t e) {
       kernel_rows([&](auto&& fn) { for_rows(G, coords_of(src), b, e, fn); });
     });
   } else {
-    const int64_t per_batch = (G.pts[1] + tile - 1) / tile;
-    at::parallel_for(0, G.B * per_batch, 1, [&](int64_t b, int64_t e) {
+    const int64_t per_batch = (G.pts[1] + tile - 1) / tile;  // a tile: G.pts[0] x tile rows
+    const int64_t tile_cost = G.pts[0] * tile * G.pts[2] * point_cost(G, 0);
+    parallel::parallel_for(0, G.B * per_batch, tile_cost, [&](int64_t b, int64_t e) {
       kernel_rows([&](auto&& fn) { for_row_tiles(G, coords_of(src), tile, b, e, fn); });
     });
   }

@@ -189,7 +189,7 @@ bool pull1_avx2_usable(const Geom& G) {
 template <class Coords>
 void pull1_avx2_run(const Geom& G, const Coords& co, const PullOp<float>& op) {
   const int64_t n = G.B * G.P;
-  at::parallel_for(0, n, grain_size(G), [&](int64_t b, int64_t e) {
+  parallel::parallel_for(0, n, point_cost(G, 0), [&](int64_t b, int64_t e) {
     auto run = [&](auto kernel) {
       for_rows(G, co, b, e, [&](Point pt, const auto& gp, int64_t count) {
         kernel.row(pt, gp, count);

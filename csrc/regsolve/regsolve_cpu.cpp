@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "nitorch_jit/host_output.h"
+#include "nitorch_jit/parallel.h"
 #include "nitorch_jit/regsolve.h"
 #include "nitorch_jit/tuning.h"
 #include "regsolve_host.h"
@@ -727,8 +728,8 @@ template <typename T>
 void matvec_kernel(const Op<T>& op, T* out) {
   const Shape& s = op.s;
   const int64_t rows = s.B * s.C * s.R;
-  const int64_t work = s.N * (op.P.max_taps + 1);
-  at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / work), [&](int64_t r0, int64_t r1) {
+  const int64_t work = s.N * (op.P.max_taps + 1);  // a row: every tap of every element
+  parallel::parallel_for(0, rows, work, [&](int64_t r0, int64_t r1) {
     Scratch<T> sc(op.P.max_taps);
     int64_t ridx[kMaxDim];
     for (int64_t r = r0; r < r1; ++r) {
@@ -870,7 +871,9 @@ template <typename T>
 void precond_kernel(const Op<T>& op, const T* r, T* z) {
   const Shape& s = op.s;
   const int64_t C = s.C, N = s.N, S = s.S;
-  at::parallel_for(0, s.B * s.R, std::max<int64_t>(1, 4096 / (N * C)), [&](int64_t r0, int64_t r1) {
+  // a row: the self block's taps and a C x C solve per element, every channel
+  const int64_t work = N * C * (op.P.max_taps + C + 1);
+  parallel::parallel_for(0, s.B * s.R, work, [&](int64_t r0, int64_t r1) {
     std::vector<T> work(solve_work(C, N));
     int64_t i[kMaxDim];
     for (int64_t row = r0; row < r1; ++row) {
@@ -886,8 +889,8 @@ void precond_kernel(const Op<T>& op, const T* r, T* z) {
 // Rows of [rows, N] between the plain layout and the plan's (to: plain -> plan's), in place.
 template <typename T>
 void relayout(const Plan<T>& P, T* data, int64_t rows, int64_t N, bool to) {
-  at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(N, 1)),
-                   [&](int64_t r0, int64_t r1) {
+  parallel::parallel_for(0, rows, 2 * N,  // a row: a copy out and a strided copy back
+                         [&](int64_t r0, int64_t r1) {
     std::vector<T> tmp(N);
     for (int64_t row = r0; row < r1; ++row) {
       T* a = data + row * N;
@@ -1177,7 +1180,10 @@ void relax_waves(const Relax<T>& R, int64_t G) {
     }
   };
   const int64_t M = R.count(0);
-  at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
+  // G sweeps, each a row of L x and a C x C solve per element (nt == 1: inline, in order)
+  const int64_t nt =
+      parallel::threads_for(s.B * s.S, G * s.C * (op.P.max_taps + s.C + 1));
+  at::parallel_for(0, nt, 1, [&](int64_t, int64_t) {
     RelaxScratch<T> rs(op, M);
     int64_t i[kMaxDim] = {0, 0, 0};
     for (size_t t; (t = take()) < nr;) {
@@ -1301,7 +1307,8 @@ void reg_relax_(at::Tensor& x, const std::optional<at::Tensor>& hessian,
       }
       for (int64_t it = 0; it < nb_iter; ++it)  // a row per batch: colour by colour
         for (int64_t c = 0; c < ncol; ++c)
-          at::parallel_for(0, s.B, 1, [&](int64_t b0, int64_t b1) {
+          parallel::parallel_for(0, s.B, s.S * s.C * (o.P.max_taps + s.C + 1),
+                                 [&](int64_t b0, int64_t b1) {
             RelaxScratch<T> rs(o, R.count(0));
             int64_t i[kMaxDim] = {0, 0, 0};
             for (int64_t b = b0; b < b1; ++b) relax_row(R, b, i, c, rs);

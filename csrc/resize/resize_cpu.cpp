@@ -95,7 +95,7 @@ void pass(const at::Tensor& src, const at::Tensor& dst, int64_t d, const Table<T
   T* dp = dst.data_ptr<T>();
   using Bufs = std::pair<std::vector<T>, std::vector<T>>;
   lines::parallel_chunks(
-      tl.ntiles, lines::grain(std::max(lin, lout) * tab.K, W),
+      tl.ntiles, std::max(lin, lout) * tab.K * W,  // a multiply-add per tap and lane
       [&] { return Bufs(std::vector<T>(lin * W), std::vector<T>(lout * W)); },
       [&](int64_t begin, int64_t end, Bufs& bufs) {
         for (int64_t t = begin; t < end; ++t) {
@@ -134,10 +134,10 @@ void fused_pass(const at::Tensor& src, const at::Tensor& dst, int64_t p, int64_t
   struct Bufs {
     std::vector<T> mid, bi, bo;
   };
-  // slabs per chunk: about 16K multiply-adds (lines::grain's measure)
+  // a slab's multiply-adds: both passes, every tap
   const int64_t slab_work = lout_p * (lin_q * tab_p.K + lout_q * tab_q.K);
   lines::parallel_chunks(
-      nslab, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, slab_work)),
+      nslab, slab_work,
       [&] { return Bufs{std::vector<T>(lout_p * lin_q), std::vector<T>(lmax * W),
                         std::vector<T>(lmax * W)}; },
       [&](int64_t begin, int64_t end, Bufs& b) {

@@ -19,6 +19,12 @@ namespace {
 
 using splinc::LinePlan;
 
+// The cost of filtering a tile of W lines of n (parallel.h's units): copy in and out, and per
+// pole a causal and an anti-causal recursion (a multiply-add each) on every element.
+inline int64_t tile_cost(int64_t n, int W, const LinePlan& plan) {
+  return n * W * (2 + 2 * static_cast<int64_t>(plan.npoles));
+}
+
 // Filter src along dim d into dst (same sizes, any strides; dst may alias src exactly).
 template <typename T>
 void filter_dim(const at::Tensor& src, const at::Tensor& dst, int64_t d, const LinePlan& plan) {
@@ -28,7 +34,7 @@ void filter_dim(const at::Tensor& src, const at::Tensor& dst, int64_t d, const L
   const T* sp = src.const_data_ptr<T>();
   T* dp = dst.data_ptr<T>();
   lines::parallel_chunks(
-      tl.ntiles, lines::grain(n, W), [&] { return std::vector<T>(n * W, T(0)); },
+      tl.ntiles, tile_cost(n, W, plan), [&] { return std::vector<T>(n * W, T(0)); },
       [&](int64_t begin, int64_t end, std::vector<T>& buf) {
         T* b = buf.data();
         for (int64_t t = begin; t < end; ++t) {
@@ -54,7 +60,8 @@ bool filter_planes(const at::Tensor& src, const at::Tensor& dst, const LinePlan&
     return false;
   const at::Tensor s3 = src.view({-1, n1, n2}), d3 = dst.view({-1, n1, n2});
   if (s3.size(0) < 2) return false;
-  at::parallel_for(0, s3.size(0), 1, [&](int64_t b, int64_t e) {
+  const int64_t plane_cost = tile_cost(n1, 1, second) * n2 + tile_cost(n2, 1, last) * n1;
+  parallel::parallel_for(0, s3.size(0), plane_cost, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {  // inside the parallel region: filter_dim runs inline
       const at::Tensor sp = s3.select(0, p), dp = d3.select(0, p);
       filter_dim<T>(sp, dp, 1, last);

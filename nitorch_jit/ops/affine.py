@@ -12,7 +12,8 @@ import torch
 from .. import backend
 from . import library  # noqa: F401  (defines the schemas)
 from .options import check_tensor
-from .pushpull import _HALF, _MODULE, _broadcast, _ensure, _flatten_batch, _options, _shape_arg
+from .pushpull import (_HALF, _MODULE, _broadcast, _call, _ensure, _flatten_batch, _options,
+                       _restore, _shape_arg)
 from .splinc import prefilter as _prefilter
 
 _ops = torch.ops.nitorch_jit
@@ -164,8 +165,7 @@ def affine_pull(input, affine, shape=None, interpolation="linear", bound="zero",
     if prefilter:  # interpolate the samples rather than use them as spline coefficients
         x = _prefilter(x, *opts[:2])
     _ensure(x.device)
-    out = _ops.affine_pull(x, A, shape, *opts)
-    return out.reshape(batch + out.shape[1:]).to(dtype)
+    return _restore(_call(_ops.affine_pull.default, x, A, shape, *opts), batch, dtype)
 
 
 def affine_push(input, affine, shape=None, interpolation="linear", bound="zero",
@@ -211,7 +211,7 @@ def affine_push(input, affine, shape=None, interpolation="linear", bound="zero",
     shape = _shape_arg(shape, dim, x.shape[2:])
     opts = _options(dim, interpolation, bound, extrapolate)
     _ensure(x.device)
-    out = _ops.affine_push(x, A, shape, *opts)
+    out = _call(_ops.affine_push.default, x, A, shape, *opts)
     if prefilter:  # the transposed filter, so that push stays the adjoint of pull
         out = _prefilter(out, *opts[:2], adjoint=True)
-    return out.reshape(batch + out.shape[1:]).to(dtype)
+    return _restore(out, batch, dtype)

@@ -64,6 +64,40 @@ def order_codes(interpolation, dim, argname="interpolation"):
     return out
 
 
+def _key(value):
+    """A key for an option value that tells apart values that compare equal but parse
+    differently (True and 1, 1 and 1.0, an IntEnum member and its int): each item goes with
+    its type."""
+    if isinstance(value, (list, tuple, torch.Size)):
+        return (type(value),) + tuple((type(v), v) for v in value)
+    return (type(value), value)
+
+
+_PARSED = {}  # key -> (orders, bounds, extrapolate), for resampling_options
+
+
+def resampling_options(dim, interpolation, bound, extrapolate):
+    """(orders, bounds, extrapolate) for the resampling ops: tuples of kernel codes, one per
+    dim, and a bool. Parsed once per distinct argument tuple (registration loops and
+    DataLoader workers repeat the same few); an invalid one raises every time."""
+    key = (dim, _key(interpolation), _key(bound), _key(extrapolate))
+    try:
+        return _PARSED[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable value: parsed, not cached
+        key = None
+    if not isinstance(extrapolate, (bool, int)):
+        raise TypeError(f"extrapolate: expected True or False, got {extrapolate!r}")
+    out = (tuple(order_codes(interpolation, dim)), tuple(bound_codes(bound, dim)),
+           bool(extrapolate))
+    if key is not None:
+        if len(_PARSED) >= 4096:  # bounded, whatever the callers pass
+            _PARSED.clear()
+        _PARSED[key] = out
+    return out
+
+
 def check_tensor(x, argname, *, floating=True):
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{argname}: expected a torch.Tensor, got {type(x).__name__}")

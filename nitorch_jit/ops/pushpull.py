@@ -11,7 +11,7 @@ import torch
 
 from .. import backend
 from . import library  # noqa: F401  (defines the schemas)
-from .options import bound_codes, check_tensor, document, order_codes
+from .options import check_tensor, document, resampling_options
 from .splinc import prefilter as _prefilter
 
 _ops = torch.ops.nitorch_jit
@@ -20,6 +20,50 @@ _HALF = (torch.float16, torch.bfloat16)
 
 def _ensure(device):
     backend.ensure_eager(_MODULE, device)
+
+
+_BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
+
+
+def _call(op, x, g, *args):
+    """op(x, g, *args). When no gradient can flow (grad mode off, or neither tensor requires
+    one) it enters the dispatcher below autograd, as torch.library's autograd kernel itself
+    does then: that skips the Python autograd layer, most of a small call's cost."""
+    if (torch.is_grad_enabled() and (x.requires_grad or g.requires_grad)) \
+            or backend._is_compiling():
+        return op(x, g, *args)
+    with _BELOW_AUTOGRAD():
+        return op(x, g, *args)
+
+
+_PLAIN_DTYPES = (torch.float32, torch.float64)
+
+
+def _plain(input, grid):
+    """D when a call needs no normalisation: plain tensors of one dtype (float32/64) and one
+    device, one batch dim each and the same, D spatial dims, nothing empty, the backend chosen;
+    else 0 (the full path then checks everything and raises its messages). Small calls are
+    most of their own cost: this path skips the shape algebra, with a few attribute reads."""
+    if type(input) is not torch.Tensor or type(grid) is not torch.Tensor \
+            or backend._is_compiling():
+        return 0
+    nd = input.dim()
+    dim = nd - 2
+    if not 1 <= dim <= 3 or grid.dim() != nd or grid.shape[-1] != dim \
+            or input.shape[0] != grid.shape[0] or input.dtype not in _PLAIN_DTYPES \
+            or grid.dtype != input.dtype or not input.numel() or not grid.numel():
+        return 0
+    device = input.device
+    if grid.device != device or backend._STATE.get((_MODULE, device.type)) is None:
+        return 0
+    return dim
+
+
+def _restore(out, batch, dtype):
+    """The kernels' [B, ...] output with the caller's batch dims and dtype."""
+    if len(batch) != 1:
+        out = out.reshape(tuple(batch) + out.shape[1:])
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 # ----------------------------------------------------------------------------- fake kernels
@@ -185,6 +229,10 @@ def _broadcast(a, b):
 
 def _prepare(input, grid, dim, input_core):
     """Broadcast batch dims; return flattened input, grid, the batch shape and the dtype."""
+    if (input.dim() == input_core + 1 and grid.dim() == dim + 2
+            and input.shape[0] == grid.shape[0] and input.dtype not in _HALF
+            and grid.dtype not in _HALF):  # one batch dim each, the same: nothing to do
+        return input, grid, input.shape[:1], input.dtype
     ibatch = input.shape[:input.dim() - input_core]
     gbatch = grid.shape[:grid.dim() - dim - 1]
     batch = _broadcast(ibatch, gbatch)
@@ -205,10 +253,7 @@ def _half_kernels(input):
             and input.device.type == "cuda" and backend.ensure(_MODULE, input.device) == "C")
 
 
-def _options(dim, interpolation, bound, extrapolate):
-    if not isinstance(extrapolate, (bool, int)):
-        raise TypeError(f"extrapolate: expected True or False, got {extrapolate!r}")
-    return order_codes(interpolation, dim), bound_codes(bound, dim), bool(extrapolate)
+_options = resampling_options
 
 
 def _shape_arg(shape, dim, default):
@@ -278,6 +323,10 @@ def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     >>> grid_pull(x, at, 'cubic', 'dct2', prefilter=True).round(decimals=4)
     tensor([[[1.0000, 4.0000, 6.1142]]])
     """
+    dim = _plain(input, grid)
+    if dim and not prefilter:
+        return _call(_ops.grid_pull.default, input, grid,
+                     *_options(dim, interpolation, bound, extrapolate))
     dim = _grid_dim(grid)
     _check_input(input, dim, grid, label_ok=True)
     if not input.is_floating_point():
@@ -287,8 +336,7 @@ def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
         input = _prefilter(input, *opts[:2])
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
     _ensure(x.device)
-    out = _ops.grid_pull(x, g, *opts)
-    return out.reshape(batch + out.shape[1:]).to(dtype)
+    return _restore(_call(_ops.grid_pull.default, x, g, *opts), batch, dtype)
 
 
 def _pull_labels(input, grid, interpolation, bound, extrapolate, prefilter):
@@ -346,6 +394,13 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
     >>> grid_push(torch.tensor([[[2.]]]), torch.tensor([[[1.25]]]), shape=[4])
     tensor([[[0.0000, 1.5000, 0.5000, 0.0000]]])
     """
+    dim = _plain(input, grid)
+    if dim and input.shape[2:] == grid.shape[1:-1]:
+        shape = _shape_arg(shape, dim, input.shape[2:])
+        opts = _options(dim, interpolation, bound, extrapolate)
+        out = _call(_ops.grid_push.default, input, grid, shape, *opts)
+        # the transposed filter, so that push stays the adjoint of pull
+        return _prefilter(out, *opts[:2], adjoint=True) if prefilter else out
     dim = _grid_dim(grid)
     _check_input(input, dim, grid)
     if tuple(input.shape[-dim:]) != tuple(grid.shape[-dim - 1:-1]):
@@ -355,10 +410,10 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
     opts = _options(dim, interpolation, bound, extrapolate)
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
     _ensure(x.device)
-    out = _ops.grid_push(x, g, shape, *opts)
+    out = _call(_ops.grid_push.default, x, g, shape, *opts)
     if prefilter:  # the transposed filter, so that push stays the adjoint of pull
         out = _prefilter(out, *opts[:2], adjoint=True)
-    return out.reshape(batch + out.shape[1:]).to(dtype)
+    return _restore(out, batch, dtype)
 
 
 @document
@@ -429,6 +484,10 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     tensor([[[[3.],
               [5.]]]])
     """
+    dim = _plain(input, grid)
+    if dim and not prefilter:
+        return _call(_ops.grid_grad.default, input, grid,
+                     *_options(dim, interpolation, bound, extrapolate))
     dim = _grid_dim(grid)
     _check_input(input, dim, grid)
     opts = _options(dim, interpolation, bound, extrapolate)
@@ -436,8 +495,7 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
         input = _prefilter(input, *opts[:2])
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
     _ensure(x.device)
-    out = _ops.grid_grad(x, g, *opts)
-    return out.reshape(batch + out.shape[1:]).to(dtype)
+    return _restore(_call(_ops.grid_grad.default, x, g, *opts), batch, dtype)
 
 
 pull, push, count = grid_pull, grid_push, grid_count

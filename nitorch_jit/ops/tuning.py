@@ -14,6 +14,9 @@ knob                       variable            meaning
 ``huge_pages``             NI_JIT_HUGE_PAGES   CPU huge pages for outputs >= 32 MiB (=1: on)
 ``output_cache_mb``        NI_JIT_OUTPUT_CACHE_MB  CPU: MiB of freed outputs >= 32 MiB kept for
                                                reuse, per library (default 256; 0: off)
+``parallel_min_work``      NI_JIT_PARALLEL_MIN_WORK  CPU: least work per thread (multiply-adds)
+                                               for a kernel to go parallel (default 2^19;
+                                               csrc/include/nitorch_jit/parallel.h)
 =========================  ==================  ===============================================
 
 Tests and benchmarks switch them with ``override(...)``, which reaches every loaded library.
@@ -26,9 +29,14 @@ import threading
 # The order of csrc/include/nitorch_jit/tuning.h's Knob enum.
 KNOBS = (
     "avx2", "regsolve_generic", "cuda_tiles", "cuda_index32", "push_buffer_mb", "huge_pages",
-    "output_cache_mb",
+    "output_cache_mb", "parallel_min_work",
 )
-_SIZES = ("push_buffer_mb", "output_cache_mb")  # knobs in MiB: whole numbers >= 0
+_SIZES = ("push_buffer_mb", "output_cache_mb", "parallel_min_work")  # whole numbers >= 0
+
+# Least work per thread of a parallel region, in multiply-adds (~1 ns each): measured on a
+# 2-core VM, where a region costs ~20 us idle and 4-20 ms at p95 with the other core busy
+# (csrc/include/nitorch_jit/parallel.h says how the kernels use it).
+PARALLEL_MIN_WORK = 1 << 19
 
 _LOCK = threading.Lock()
 _SETTERS = {}  # library path -> its nitorch_jit_set_tuning, for every library loaded
@@ -43,12 +51,12 @@ def _flag(name, default, on_value=None):
     return v == on_value if on_value is not None else v != "0"
 
 
-def _mib(name, default):
+def _mib(name, default, unit="MiB"):
     v = os.environ.get(name, "").strip()
     try:
         return min(max(int(v), 0), 1 << 30) if v else default
     except ValueError:
-        raise ValueError(f"{name}={v!r}: expected a whole number of MiB") from None
+        raise ValueError(f"{name}={v!r}: expected a whole number of {unit}") from None
 
 
 def _from_environment():
@@ -60,6 +68,8 @@ def _from_environment():
         "push_buffer_mb": _mib("NI_JIT_PUSH_BUFFER_MB", 256),
         "huge_pages": _flag("NI_JIT_HUGE_PAGES", False),
         "output_cache_mb": _mib("NI_JIT_OUTPUT_CACHE_MB", 256),
+        "parallel_min_work": _mib("NI_JIT_PARALLEL_MIN_WORK", PARALLEL_MIN_WORK,
+                                  "multiply-adds"),
     }
 
 

@@ -2,6 +2,8 @@
 of the compiled one. The contract (tap list, Hessian packing, voxel solve, colours) is
 docs/regsolve-spec.md; every function here is differentiable by autograd.
 """
+import math
+
 import torch
 
 from .bounds import fold
@@ -242,19 +244,16 @@ def _voxel_solve(a, r):
     return torch.stack(z, 1)
 
 
-def reg_precond(r, hessian, weights, taps):
-    """z = (H_v + L_vv)⁻¹ r_v at every voxel (spec §3)."""
-    chans = r.shape[1]
-    blk, diag = self_block(r.shape[2:], r.dtype, r.device, weights, taps, chans)
+def _precond_matrix(shape, batch, dtype, device, hessian, weights, taps, chans):
+    """(a, diag): the voxel blocks H_v + L_vv that reg_precond inverts, [B|1, C, *S] when
+    diag (no tap crosses channels and H is not 'sym'), else [B, C, C, *S]."""
+    blk, diag = self_block(shape, dtype, device, weights, taps, chans)
     kind = "scalar" if hessian is None else packing(hessian.shape[1], chans)
     if diag and kind != "sym":
-        a = blk + (0 if hessian is None else hessian)
-        a = a.expand_as(r)
-        ok = a > 0
-        return torch.where(ok, r / torch.where(ok, a, torch.ones_like(a)), torch.zeros_like(r))
+        return blk + (0 if hessian is None else hessian), True
     if diag:
         blk = torch.diag_embed(blk.movedim(1, -1)).movedim(-1, 1).movedim(-1, 1)
-    a = blk.expand([r.shape[0]] + list(blk.shape[1:]))
+    a = blk.expand([batch] + list(blk.shape[1:]))
     if hessian is not None:
         hfull = torch.zeros_like(a)
         for i in range(chans):
@@ -264,7 +263,23 @@ def reg_precond(r, hessian, weights, taps):
                 hfull[:, i, j] = hessian[:, chans + k]
                 hfull[:, j, i] = hessian[:, chans + k]
         a = a + hfull
+    return a, False
+
+
+def _precond_solve(a, diag, r):
+    """z = a⁻¹ r per voxel (a from _precond_matrix, or a view of the same voxels of it)."""
+    if diag:
+        a = a.expand_as(r)
+        ok = a > 0
+        return torch.where(ok, r / torch.where(ok, a, torch.ones_like(a)), torch.zeros_like(r))
     return _voxel_solve(a, r)
+
+
+def reg_precond(r, hessian, weights, taps):
+    """z = (H_v + L_vv)⁻¹ r_v at every voxel (spec §3)."""
+    a, diag = _precond_matrix(r.shape[2:], r.shape[0], r.dtype, r.device, hessian, weights, taps,
+                              r.shape[1])
+    return _precond_solve(a, diag, r)
 
 
 def colour_slices(period):
@@ -275,13 +290,148 @@ def colour_slices(period):
     return [(Ellipsis,) + s for s in out]
 
 
+class _Ghosts:
+    """x [B, C, *S] in a buffer with `pad` ghost voxels per side, through `bounds` (the values
+    _Reader.padded gives), kept up to date colour by colour: after the points of one colour
+    change, only the ghosts that copy those points are written again."""
+
+    def __init__(self, x, bounds, pad, period):
+        shape = x.shape[2:]
+        self.pad, self.period, self.shape = pad, period, shape
+        self.buf = _Reader(shape, x.device).padded(x, bounds, pad).contiguous()
+        inner = tuple(slice(pad, pad + n) for n in shape)
+        self.inner = self.buf[(Ellipsis,) + inner]
+        # every padded voxel: the flat padded index of its source voxel, the sign, the colour
+        src, sign, col, ghost = None, None, None, None
+        for d, (n, b) in enumerate(zip(shape, bounds)):
+            i = torch.arange(-pad, n + pad, device=x.device)
+            j, sd = fold(i, n, b)
+            view = [1] * len(shape)
+            view[d] = -1
+            rs = lambda t: t.reshape(view)  # noqa: E731
+            size = n + 2 * pad
+            src = rs(j + pad) if src is None else src * size + rs(j + pad)
+            out = rs((i < 0) | (i >= n))
+            ghost = out if ghost is None else ghost | out
+            c = rs(j % period[d])
+            col = c if col is None else col * period[d] + c
+            if sd is not None:
+                sign = rs(sd) if sign is None else sign * rs(sd)
+        full = [n + 2 * pad for n in shape]
+        sign = torch.ones(full, dtype=torch.int64, device=x.device) if sign is None else \
+            sign.expand(full)
+        keep = ghost.expand(full) & (sign != 0)  # sign 0: always 0, never written again
+        pos = torch.arange(keep.numel(), device=x.device).reshape(full)[keep]
+        src, sign, col = src.expand(full)[keep], sign[keep], col.expand(full)[keep]
+        # the ghosts grouped by the colour of their source, once
+        col, order = torch.sort(col, stable=True)
+        counts = torch.bincount(col, minlength=math.prod(period)).tolist()
+        self.by_colour = []
+        for p_, s_, g_ in zip(pos[order].split(counts), src[order].split(counts),
+                              sign[order].split(counts)):
+            self.by_colour.append((p_, s_, None if bool((g_ == 1).all()) else g_.to(x.dtype)))
+
+    def view(self, offs, colour):
+        """The voxels at colour points + offs: a strided view of the buffer."""
+        size, stride, start = list(self.buf.shape[:2]), list(self.buf.stride()[:2]), 0
+        for o, c, n, p, st in zip(offs, colour, self.shape, self.period, self.buf.stride()[2:]):
+            size.append(max(0, -(-(n - c) // p)))
+            stride.append(st * p)
+            start += (self.pad + o + c) * st
+        return self.buf.as_strided(size, stride, self.buf.storage_offset() + start)
+
+    def update(self, x, sl, index):
+        """Copy x's points of colour `index` (slices sl) in, then the ghosts that copy them."""
+        self.inner[sl] = x[sl]
+        pos, src, sign = self.by_colour[index]
+        if pos.numel():
+            flat = self.buf.view(self.buf.shape[0], self.buf.shape[1], -1)
+            val = flat.index_select(2, src)
+            flat.index_copy_(2, pos, val if sign is None else val * sign)
+
+
+def _aliases(t, x):
+    return t is not None and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
 def reg_relax_(x, hessian, gradient, weights, taps, period, nb_iter):
-    """Coloured Gauss–Seidel sweeps on (H + L) x = g, in place (spec §3)."""
-    for _ in range(int(nb_iter)):
-        for sl in colour_slices(period):
-            r = gradient - reg_matvec(x, hessian, weights, taps)
-            z = reg_precond(r, hessian, weights, taps)
-            x[sl] += z[sl]
+    """Coloured Gauss–Seidel sweeps on (H + L) x = g, in place (spec §3).
+
+    Each colour computes its residual at its own points only, from strided views of a padded
+    copy of x (_Ghosts), and solves its voxels with blocks made once per call, so that a sweep
+    costs about one matvec rather than one per colour. The terms are those of reg_matvec,
+    accumulated in place (equal to rounding); the solves those of reg_precond. Inputs that
+    share x's memory are read before x changes, as the compiled kernels do."""
+    nb_iter = int(nb_iter)
+    if nb_iter <= 0:
+        return None
+    dim = x.dim() - 2
+    shape = x.shape[2:]
+    gradient, hessian, weights = (t.clone() if _aliases(t, x) else t
+                                  for t in (gradient, hessian, weights))
+    parsed = parse_taps(taps, dim)
+    weights = _unit_weights(weights, parsed, shape, x.dtype, x.device)
+    reader = _Reader(shape, x.device)
+    chans = x.shape[1]
+    pad = max([abs(o) for t in parsed for o in t[4]], default=0)
+    groups = {}
+    for co, ci, kind, coef, offs, bounds in parsed:
+        groups.setdefault((kind, offs, bounds), []).append((co, ci, coef))
+    # The terms, each one in-place op per colour. A group of plain taps that maps each channel
+    # to itself is one op on all channels (coefficients as a [1, C, 1...] tensor); the
+    # weighted taps carry their weights, which do not change, made once.
+    ones = [1] * dim
+    terms = []  # (kind, offs, bounds, co, ci, factor)
+    for (kind, offs, bounds), items in groups.items():
+        if kind == 0 and len({co for co, _, _ in items}) == len(items) \
+                and all(co == ci for co, ci, _ in items):
+            coef = torch.zeros([1, chans] + ones, dtype=x.dtype, device=x.device)
+            for co, _, c in items:
+                coef[0, co] = c
+            terms.append((0, offs, bounds, None, None, coef))
+        elif kind == 0:
+            terms += [(0, offs, bounds, co, ci, c) for co, ci, c in items]
+        elif kind == 1:
+            wn = _neighbour_weight(reader, weights, offs, bounds)
+            terms += [(1, offs, bounds, co, co,
+                       c * (0.5 * (_weight(weights, co) + _weight(wn, co))))
+                      for co, _, c in items]
+        else:
+            terms += [(2, offs, bounds, co, ci, c * _weight(weights, co)) for co, ci, c in items]
+    a, diag = _precond_matrix(shape, x.shape[0], x.dtype, x.device, hessian, weights, taps,
+                              chans)
+    ghosts = {}  # one padded copy per bounds tuple (all taps share one, as a rule)
+    for kind, _, b, *_ in terms:
+        if kind != 2 and b not in ghosts:
+            ghosts[b] = _Ghosts(x, b, pad, period)
+    colours = colour_slices(period)
+    starts = [()]
+    for p in period:  # the first index of each colour along each dim, in colour_slices' order
+        starts = [c + (k,) for c in starts for k in range(p)]
+    views = {}  # (bounds, offs, colour) -> strided view of the padded copy (the same buffer)
+    for _ in range(nb_iter):
+        for index, (sl, start) in enumerate(zip(colours, starts)):
+            xs = x[sl]
+            lx = torch.zeros_like(xs)
+            for kind, offs, bounds, co, ci, f in terms:
+                if kind == 2:
+                    lx[:, co].addcmul_(f[sl], xs[:, ci])
+                    continue
+                key = (bounds, offs, index)
+                if key not in views:
+                    views[key] = ghosts[bounds].view(offs, start)
+                xn = views[key]
+                if co is None:
+                    lx.addcmul_(f, xn)
+                elif kind == 0:
+                    lx[:, co].add_(xn[:, ci], alpha=f)
+                else:
+                    lx[:, co].addcmul_(f[sl], xs[:, co] - xn[:, co])
+            if hessian is not None:
+                lx += sym_matvec(hessian[sl], xs)
+            x[sl] += _precond_solve(a[sl], diag, gradient[sl] - lx)
+            for g in ghosts.values():
+                g.update(x, sl, index)
     return None
 
 

@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "nitorch_jit/parallel.h"
+
 #if defined(_MSC_VER)
 #define NJ_RESTRICT __restrict
 #else
@@ -79,29 +81,23 @@ struct Tiling {
   }
 };
 
-// Items per chunk for about 16K elements of work (len * W per item).
-inline int64_t grain(int64_t len, int W) {
-  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, len * W));
-}
-
-// Run body(begin, end, scratch) over [0, n) in chunks handed out dynamically: each worker
-// thread makes its scratch once (make_scratch()) and takes chunks from a shared counter until
-// none is left. Unlike a static split, a thread that the OS delays (a busy machine) does not
-// hold up the others with half of the work. Inside a parallel region it runs inline.
+// Run body(begin, end, scratch) over [0, n) items of `cost` each (parallel.h's units), in
+// chunks handed out dynamically: each worker thread makes its scratch once (make_scratch())
+// and takes chunks from a shared counter until none is left. Unlike a static split, a thread
+// that the OS delays (a busy machine) does not hold up the others with half of the work.
+// Below parallel.h's threshold, or inside a parallel region, it runs inline.
 template <typename MakeScratch, typename Body>
-void parallel_chunks(int64_t n, int64_t min_chunk, const MakeScratch& make_scratch,
+void parallel_chunks(int64_t n, int64_t cost, const MakeScratch& make_scratch,
                      const Body& body) {
   if (n <= 0) return;
-  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
-  // a few chunks of work only: inline (waking the pool costs more, and much more on a busy
-  // machine, where a thread that is not scheduled holds up the whole call)
-  if (threads == 1 || n <= 4 * std::max<int64_t>(1, min_chunk) || at::in_parallel_region()) {
+  const int64_t threads = parallel::threads_for(n, cost);
+  if (threads <= 1) {
     auto scratch = make_scratch();
     body(0, n, scratch);
     return;
   }
-  // about 8 chunks per thread, each at least min_chunk items
-  const int64_t chunk = std::max<int64_t>(min_chunk, n / (8 * threads) + 1);
+  // about 8 chunks per thread
+  const int64_t chunk = n / (8 * threads) + 1;
   const int64_t nchunks = (n + chunk - 1) / chunk;
   std::atomic<int64_t> next{0};
   at::parallel_for(0, std::min(threads, nchunks), 1, [&](int64_t, int64_t) {

@@ -19,6 +19,7 @@ enum Knob : int {
   kPushBufferMB,      // CPU push: MiB of private per-thread outputs before atomics
   kHugePages,         // CPU: transparent huge pages advised for large outputs (opt-in; host_output.h)
   kOutputCacheMB,     // CPU: MiB of freed large outputs kept for reuse, per library (host_output.h)
+  kParallelMinWork,   // CPU: least work per thread of a parallel region (parallel.h)
   kNumKnobs
 };
 
@@ -28,7 +29,7 @@ enum Knob : int {
 __attribute__((visibility("hidden")))
 #endif
 inline std::atomic<int64_t>* values() {
-  static std::atomic<int64_t> v[kNumKnobs] = {{1}, {0}, {1}, {1}, {256}, {0}, {0}};
+  static std::atomic<int64_t> v[kNumKnobs] = {{1}, {0}, {1}, {1}, {256}, {0}, {0}, {1 << 19}};
   return v;
 }
 
