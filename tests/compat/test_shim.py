@@ -296,3 +296,17 @@ def test_resize_family_adjoints():
     torch.testing.assert_close((r * x).sum(), (p * cn.restriction_backward(x, torch.empty_like(p))).sum())
     torch.testing.assert_close(cn.fmg_prolongation(x, torch.Tensor(), [B.dct2]),
                                nj.prolong(x, bound="dct2"))
+
+
+def test_docstring_examples():
+    """The examples of the compat's own API and of the code-level entries it uses run."""
+    import doctest
+    from nitorch_jit.compat import run
+    from nitorch_jit.ops import pushpull, resize
+    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(
+        optionflags=doctest.ELLIPSIS)
+    tests = finder.find(compat) + finder.find(run) + finder.find(pushpull.resample_backward) \
+        + finder.find(resize.anchor_map)
+    assert len(tests) >= 6
+    for t in tests:
+        assert runner.run(t).failed == 0, t.name
