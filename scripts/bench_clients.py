@@ -149,6 +149,17 @@ def first_error(text, n=3):
     return " | ".join(s.strip() for s in lines[-n:])
 
 
+COMPILE_MSG = re.compile(r"nitorch_jit: (?:waiting for another process that is building|"
+                         r"building|compiling)[^\n]*", re.I)
+
+
+def compile_seen(stderr):
+    """nitorch_jit's own messages about a first-use build (or a wait for one) in a run's
+    stderr: such a run's wall time includes it (its CPU time does not include a wait)."""
+    found = COMPILE_MSG.findall(stderr or "")
+    return ("first-use build/wait seen: " + found[0][13:90]) if found else None
+
+
 def env_ours():
     return {"NI_COMPILED_BACKEND": None}
 
@@ -238,15 +249,16 @@ def kernel_share(prof_path):
         return (compat in func[0] and os.path.basename(func[0]) not in runner
                 and func[2] != "<module>")
 
-    inside = 0.0
+    entries = {}
     for func, (cc, nc, tt, ct, callers) in st.stats.items():
         if not kernel(func):
             continue
         for caller, val in callers.items():
-            if not ours(caller):
-                inside += val[3] if isinstance(val, tuple) else 0.0
-    top = sorted(((v[3], f) for f, v in st.stats.items() if kernel(f)), reverse=True)[:5]
-    return inside, total, [(f"{os.path.basename(f[0])}:{f[2]}", ct) for ct, f in top]
+            if not ours(caller) and isinstance(val, tuple):
+                entries[func] = entries.get(func, 0.0) + val[3]
+    top = sorted(((t, f) for f, t in entries.items()), reverse=True)[:5]
+    return (sum(entries.values()), total,
+            [(f"{os.path.basename(f[0])}:{f[2]}", t) for t, f in top])
 
 
 def section_register(args, work):
@@ -262,10 +274,8 @@ def section_register(args, work):
                                                    (1, 1, 1), "0:2"))
         wall, rc, so, se, cpu = run_proc(cmd, env=env_ours(), timeout=1800,
                                     log=os.path.join(work, f"warm_{nonlin}.log"))
-        built = re.findall(r"(?:building|built|compil\w+)[^\n]*module[^\n]*", se, re.I)
-        row("register", f"warm-up ours, 6 mm {nonlin} (1,1,1)",
-            ours_s=wall, note=("first-use compile seen: " + "; ".join(built[:3])) if built
-            else "no compile (cached)", rc=rc)
+        row("register", f"warm-up ours, 6 mm {nonlin} (1,1,1)", ours_s=wall, ours_cpu_s=cpu,
+            note=compile_seen(se) or "no build (cached)", rc=rc)
     for res in [lv for lv in args.levels.split(",") if lv]:
         r = res.replace("mm", "")
         fix, mov = paths[f"mni{r}"], paths[f"colin{r}"]
@@ -311,6 +321,8 @@ def section_register(args, work):
                     res_row[f"{side}_s"] = wall
                     res_row[f"{side}_obj"] = obj
                 res_row[f"{side}_cpu_s"] = cpu
+                if side == "ours" and compile_seen(se):
+                    res_row["ours_note"] = compile_seen(se)
             ts, ours = res_row.get("ts_s"), res_row.get("ours_s")
             if isinstance(ts, float) and isinstance(ours, float):
                 res_row["ratio"] = ts / ours
@@ -347,6 +359,7 @@ def section_register(args, work):
         else:
             inside, total, top = kernel_share(prof)
             row("register", f"profile ours {r} mm {nonlin}", ours_s=wall,
+                ours_note=compile_seen(se),
                 note=f"inside nitorch_jit (calls into nitorch._C.spatial) {inside:.1f} s of "
                      f"{total:.1f} s profiled "
                      f"({100 * inside / total:.0f} %); top: "
@@ -366,7 +379,8 @@ def section_reslice(args, work):
     lta = os.path.join(work, "reslice_affine.lta")
     code = ("import sys, math, torch; from nitorch import io\n"
             "a, b = math.radians(8), math.radians(5)\n"
-            "rz = torch.tensor([[math.cos(a), -math.sin(a), 0, 0], [math.sin(a), math.cos(a), 0, 0],"
+            "rz = torch.tensor([[math.cos(a), -math.sin(a), 0, 0],"
+            " [math.sin(a), math.cos(a), 0, 0],"
             " [0, 0, 1, 0], [0, 0, 0, 1]], dtype=torch.float64)\n"
             "rx = torch.tensor([[1, 0, 0, 0], [0, math.cos(b), -math.sin(b), 0],"
             " [0, math.sin(b), math.cos(b), 0], [0, 0, 0, 1]], dtype=torch.float64)\n"
@@ -403,6 +417,8 @@ def section_reslice(args, work):
                     raise RuntimeError(f"{side}: rc={rc}: {first_error(se)}")
                 res[f"{side}_s"] = wall
                 res[f"{side}_cpu_s"] = cpu
+                if side == "ours" and compile_seen(se):
+                    res["ours_note"] = compile_seen(se)
                 outs[side] = np.asarray(nib.load(out).dataobj, np.float64)
             a, b = outs["ts"], outs["ours"]
             rng_ = float(a.max() - a.min())
@@ -478,7 +494,7 @@ def build_monai_c(build_dir, timeout=3600, resample_only=False):
 
 
 MONAI_WORKER = r'''
-import importlib.machinery, json, os, sys, time
+import importlib.machinery, importlib.util, json, os, sys, time
 variant, so_path, out_npy, mode, repeat = sys.argv[1:6]
 repeat = int(repeat)
 mode = int(mode) if mode.isdigit() else mode
@@ -491,7 +507,9 @@ elif variant == "monai_c":
             if fullname != "monai._C":
                 return None
             loader = importlib.machinery.ExtensionFileLoader(fullname, so_path)
-            return importlib.machinery.ModuleSpec(fullname, loader, origin=so_path)
+            # a spec with a location, so that the module gets a __file__ (MONAI's
+            # optional_import wants one)
+            return importlib.util.spec_from_file_location(fullname, so_path, loader=loader)
     sys.meta_path.insert(0, _Finder())
 import numpy as np
 import torch
@@ -521,7 +539,8 @@ for name, tf in tfs.items():
     t = time.perf_counter()
     y = tf({"img": img})["img"]
     first = time.perf_counter() - t
-    np.save(out_npy.replace(".npy", f"_{name}.npy"), np.asarray(y.detach().cpu().numpy(), np.float32))
+    np.save(out_npy.replace(".npy", f"_{name}.npy"),
+            np.asarray(y.detach().cpu().numpy(), np.float32))
     best, best_cpu = float("inf"), float("inf")
     for _ in range(repeat):
         t, c = time.perf_counter(), time.process_time()
@@ -643,8 +662,10 @@ outs = {}
 bnd = [S.BoundType.dct2] * 3
 for order in (1, 3):
     itp = [S.InterpolationType(order)] * 3
-    res[f"grid_pull_{order}"], outs[f"pull{order}"] = best(lambda: S.grid_pull(img, grid, bnd, itp, 1))
-    res[f"grid_push_{order}"], outs[f"push{order}"] = best(lambda: S.grid_push(img, grid, shape, bnd, itp, 1))
+    res[f"grid_pull_{order}"], outs[f"pull{order}"] = best(
+        lambda: S.grid_pull(img, grid, bnd, itp, 1))
+    res[f"grid_push_{order}"], outs[f"push{order}"] = best(
+        lambda: S.grid_push(img, grid, shape, bnd, itp, 1))
 # fmg_grid: a displacement-field solve as in registration (bending + lame, cg, 2 cycles x 2 iters)
 hess = torch.rand([1, 6] + shape, generator=g)
 hess[:, :3] += 1
@@ -671,7 +692,8 @@ def section_nitorch_c(args, work):
             row("nitorch_c", "venv", error=first_error(se2))
             return
     probe = "import nitorch._C.spatial as S; print('C_OK', S.__file__)"
-    wall, rc, so, se, cpu = run_proc([py, "-c", probe], env={"NI_COMPILED_BACKEND": "C"}, timeout=300)
+    wall, rc, so, se, cpu = run_proc([py, "-c", probe], env={"NI_COMPILED_BACKEND": "C"},
+                                     timeout=300)
     if "C_OK" not in so:
         src = os.path.join(tempfile.mkdtemp(prefix="nitorch_c_src_"), "nitorch")
         shutil.copytree(NITORCH_SRC, src)
@@ -804,7 +826,13 @@ def main(argv=None):
         return 0
     work = args.workdir or tempfile.mkdtemp(prefix="bench_clients_")
     os.makedirs(work, exist_ok=True)
-    print(f"workdir {work}; python {sys.executable}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+    try:
+        commit = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"],
+                                capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "?"
+    started = time.strftime('%Y-%m-%d %H:%M:%S %Z')
+    print(f"workdir {work}; python {sys.executable}; nitorch_jit {commit}; {started}",
           flush=True)
     funcs = {"register": section_register, "reslice": section_reslice, "monai": section_monai,
              "nitorch_c": section_nitorch_c}
@@ -823,7 +851,8 @@ def main(argv=None):
     print_tables(ROWS)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"argv": sys.argv, "workdir": work, "rows": ROWS}, f, indent=1, default=str)
+            json.dump({"argv": sys.argv, "workdir": work, "nitorch_jit": commit,
+                       "started": started, "rows": ROWS}, f, indent=1, default=str)
     return 0
 
 
