@@ -440,57 +440,20 @@ def section_reslice(args, work):
 # ------------------------------------------------------------------------------------------------
 # 3. MONAI
 
-MONAI_BUILD_CODE = r'''
-import glob, os, sys
-import torch
-from torch.utils import cpp_extension
-csrc, build = os.environ["MONAI_CSRC"], os.environ["BUILD_DIR"]
-major, minor, patch = (int("".join(c for c in p if c.isdigit()) or 0)
-                       for p in torch.__version__.split("+")[0].split(".")[:3])
-# what MONAI's setup.py passes (as scripts/build_monai.sh): every .cpp, csrc on the include path,
-# its torch-version define, ATen's parallel-backend define and -fopenmp when torch uses OpenMP
-sources = sorted(glob.glob(os.path.join(csrc, "**", "*.cpp"), recursive=True))
-if os.environ.get("RESAMPLE_ONLY") == "1":
-    # only the resampling half of monai._C (what MONAI's transforms call): ext.cpp without the
-    # filtering and LLTM bindings, and resample/pushpull_cpu.cpp
-    src = open(os.path.join(csrc, "ext.cpp")).read()
-    keep = [ln for ln in src.splitlines()
-            if not any(k in ln for k in ("filtering", "lltm", "bilateral", "phl_", "tbf_",
-                                         "tjbf_", "Bilateral", "Permutohedral"))]
-    ext = os.path.join(build, "ext_resample.cpp")
-    with open(ext, "w") as f:
-        f.write("\n".join(keep) + "\n")
-    sources = [ext, os.path.join(csrc, "resample", "pushpull_cpu.cpp")]
-cflags = [f"-DMONAI_TORCH_VERSION={major * 10000 + minor * 100 + patch}"]
-ldflags = []
-info = torch._C._parallel_info()
-if "OpenMP" in info:
-    cflags += ["-DAT_PARALLEL_OPENMP=1", "-fopenmp"]
-    ldflags.append("-fopenmp")
-elif "TBB" in info:
-    cflags.append("-DAT_PARALLEL_NATIVE_TBB=1")
-else:
-    cflags.append("-DAT_PARALLEL_NATIVE=1")
-print(f"building monai._C from {len(sources)} sources in {csrc} into {build}", flush=True)
-lib = cpp_extension.load(name="_C", sources=sources, extra_include_paths=[csrc],
-                         extra_cflags=["-O3"] + cflags, extra_ldflags=ldflags,
-                         build_directory=build, verbose=False)
-print("BUILT", lib.__file__)
-'''
-
-
 def build_monai_c(build_dir, timeout=3600, resample_only=False):
-    """Build MONAI's monai._C into build_dir (not installed). Returns (.so path, seconds)."""
+    """Build MONAI's monai._C into build_dir (not installed) with scripts/build_monai.sh.
+    Returns (.so path, seconds)."""
     os.makedirs(build_dir, exist_ok=True)
-    wall, rc, so, se, cpu = run_proc([sys.executable, "-c", MONAI_BUILD_CODE],
-                                env={"MONAI_CSRC": MONAI_CSRC, "BUILD_DIR": build_dir,
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_monai.sh")
+    wall, rc, so, se, cpu = run_proc(["bash", script, MONAI_CSRC, build_dir],
+                                env={"MONAI_INSTALL": "0",
                                      "MAX_JOBS": os.environ.get("MAX_JOBS", "2"),
-                                     "RESAMPLE_ONLY": "1" if resample_only else "0"},
+                                     "MONAI_RESAMPLE_ONLY": "1" if resample_only else "0"},
                                 timeout=timeout, log=os.path.join(build_dir, "bench_build.log"))
-    m = re.search(r"^BUILT (.+)$", so, re.M)
-    if rc != 0 or not m:
+    lines = so.strip().splitlines()
+    if rc != 0 or not lines or not lines[-1].endswith(".so"):
         raise RuntimeError(f"MONAI _C build failed (rc={rc}): {first_error(se + so)}")
-    return m.group(1).strip(), wall
+    return lines[-1].strip(), wall
 
 
 MONAI_WORKER = r'''

@@ -7,6 +7,8 @@
 # into BUILD_DIR, both outside this repository.
 #
 # Usage: scripts/build_monai.sh [MONAI_CSRC] [BUILD_DIR]
+#   MONAI_RESAMPLE_ONLY=1 builds only the resampling half of monai._C (what MONAI's transforms
+#   call): ext.cpp without its filtering and LLTM bindings, and resample/pushpull_cpu.cpp.
 #   MONAI_INSTALL=0 builds without installing (the library stays in BUILD_DIR; the last line
 #   printed is its path): tests/compat serves it to MONAI's tests for the A/B run.
 #   MONAI_CSRC  MONAI's monai/csrc folder (default /work/shared/third_party/monai-csrc)
@@ -23,7 +25,8 @@ case "$BUILD_DIR/" in "$REPO"/*)
   echo "BUILD_DIR $BUILD_DIR is inside this repository: build MONAI outside it" >&2; exit 2;; esac
 mkdir -p "$BUILD_DIR"
 start=$(date +%s)
-MONAI_CSRC="$MONAI_CSRC" BUILD_DIR="$BUILD_DIR" MONAI_INSTALL="${MONAI_INSTALL:-1}" python - <<'PY'
+MONAI_CSRC="$MONAI_CSRC" BUILD_DIR="$BUILD_DIR" MONAI_INSTALL="${MONAI_INSTALL:-1}" \
+  MONAI_RESAMPLE_ONLY="${MONAI_RESAMPLE_ONLY:-0}" python - <<'PY'
 import glob, os, shutil, sys, sysconfig
 import torch
 from torch.utils import cpp_extension
@@ -41,6 +44,15 @@ major, minor, patch = (int("".join(c for c in p if c.isdigit()) or 0)
 # the define naming ATen's parallel backend (its resampling code refuses to compile without
 # one) and -fopenmp when torch uses OpenMP
 sources = sorted(glob.glob(os.path.join(csrc, "**", "*.cpp"), recursive=True))
+if os.environ["MONAI_RESAMPLE_ONLY"] == "1":
+    src = open(os.path.join(csrc, "ext.cpp")).read()
+    keep = [ln for ln in src.splitlines()
+            if not any(k in ln for k in ("filtering", "lltm", "bilateral", "phl_", "tbf_",
+                                         "tjbf_", "Bilateral", "Permutohedral"))]
+    ext = os.path.join(build, "ext_resample.cpp")
+    with open(ext, "w") as f:
+        f.write("\n".join(keep) + "\n")
+    sources = [ext, os.path.join(csrc, "resample", "pushpull_cpu.cpp")]
 cflags = [f"-DMONAI_TORCH_VERSION={major * 10000 + minor * 100 + patch}"]
 ldflags = []
 info = torch._C._parallel_info()

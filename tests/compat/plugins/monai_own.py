@@ -17,6 +17,7 @@ class _OwnC(importlib.abc.MetaPathFinder):
             fullname, lib, loader=importlib.machinery.ExtensionFileLoader(fullname, lib))
 
 
-def pytest_configure(config):
-    import torch  # noqa: F401  (the extension links against torch's libraries)
-    sys.meta_path.insert(0, _OwnC())
+import torch  # noqa: E402,F401  (the extension links against torch's libraries)
+
+# at import, not in pytest_configure: another plugin's configure hook may import monai first
+sys.meta_path.insert(0, _OwnC())
