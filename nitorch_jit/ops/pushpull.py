@@ -22,7 +22,8 @@ def _ensure(device):
     backend.ensure_eager(_MODULE, device)
 
 
-_BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
+# a private torch guard: where a torch version lacks it, the op is called plainly
+_BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
 
 
 def _call(op, x, g, *args):
@@ -30,7 +31,7 @@ def _call(op, x, g, *args):
     one) it enters the dispatcher below autograd, as torch.library's autograd kernel itself
     does then: that skips the Python autograd layer, most of a small call's cost."""
     if (torch.is_grad_enabled() and (x.requires_grad or g.requires_grad)) \
-            or backend._is_compiling():
+            or _BELOW_AUTOGRAD is None or backend._is_compiling():
         return op(x, g, *args)
     with _BELOW_AUTOGRAD():
         return op(x, g, *args)
