@@ -27,7 +27,7 @@ from ..ops.pushpull import grid_grad as _grad
 from ..ops.pushpull import grid_pull as _pull
 from ..ops.pushpull import grid_push as _push
 from ..ops.pushpull import resample_backward
-from ._enums import C_BOUNDS, ORDER_NAMES, UNSERVED, PybindEnum
+from ._enums import C_BOUNDS, ORDER_NAMES, UNSERVED
 
 _HIST_TOL = 0.55  # extrapolate=2: half a voxel plus the 0.05 of extrapolate=0
 
@@ -41,9 +41,8 @@ def names(values, argname, table):
         raise ValueError(f"{argname}: expected a non-empty list (one value per spatial dim)")
     out = []
     for v in values:
-        if isinstance(v, PybindEnum):
-            v = v.name
-        elif isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        # the clients' enum members are ints of their numbering, like their plain codes
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
             if not 0 <= v < len(table) or table[v] in UNSERVED:
                 valid = ", ".join(f"{n} {i}" for i, n in enumerate(table) if n not in UNSERVED)
                 raise ValueError(f"{argname}: {v!r} is not a valid code; expected one of {valid}")

@@ -121,10 +121,10 @@ def _grid(hessian, gradient, weight, absolute, membrane, bending, lame_shear, la
                 bound=_bounds(bound))
 
 
-def _spatial_only(p):
-    return not (any(p["membrane"]) if isinstance(p["membrane"], list) else p["membrane"]) \
-        and not (any(p["bending"]) if isinstance(p["bending"], list) else p["bending"]) \
-        and not any(p.get("lame", (0, 0)))
+def _voxelwise(p):
+    """No spatial penalty (membrane, bending, Lamé): the system is solved voxel by voxel."""
+    spatial = [p["membrane"], p["bending"], *p.get("lame", ())]
+    return not any(any(v) if isinstance(v, list) else v for v in spatial)
 
 
 # ----------------------------------------------------------------------------- regularisers
@@ -187,7 +187,7 @@ def regulariser_grid_backward(grad, input, weight, hessian, absolute, membrane, 
 
 # ----------------------------------------------------------------------------- solvers
 def _field_solve(p, output, solve):
-    if _spatial_only(p):
+    if _voxelwise(p):
         x = solve_field_closedform(p["hessian"], p["gradient"], p["weights"], p["dim"],
                                    p["absolute"])
     else:
@@ -196,7 +196,7 @@ def _field_solve(p, output, solve):
 
 
 def _grid_solve(p, output, solve):
-    if _spatial_only(p):
+    if _voxelwise(p):
         x = solve_grid_closedform(p["hessian"], p["gradient"], p["weights"], p["absolute"],
                                   p["voxel_size"])
     else:
@@ -222,7 +222,7 @@ def relax_grid(hessian, gradient, output, weight, absolute, membrane, bending, l
 
 
 def _closed_form_only(p, name):
-    if not _spatial_only(p):
+    if not _voxelwise(p):
         raise NotImplementedError(
             f"nitorch_jit.compat.nitorch.{name}: only the voxel-wise closed form is served "
             f"(membrane = bending = lame = 0), which is how NITorch calls it; use pcg, relax "
