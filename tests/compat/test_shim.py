@@ -93,6 +93,7 @@ def test_install_after_the_choice_is_an_error(tmp_path, client, chooser):
 
 
 def test_install_is_idempotent_and_uninstall():
+    compat.uninstall()  # start clean whatever ran before in this process
     try:
         assert compat.install(monai=False) == ["nitorch._C.spatial"]
         assert compat.install() == ["nitorch._C.spatial", "monai._C"]
@@ -301,6 +302,7 @@ def test_resize_family_adjoints():
 def test_docstring_examples():
     """The examples of the compat's own API and of the code-level entries it uses run."""
     import doctest
+    compat.uninstall()  # the examples start with no finder
     from nitorch_jit.compat import run
     from nitorch_jit.ops import pushpull, resize
     finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(
