@@ -92,16 +92,20 @@ def test_install_after_the_choice_is_an_error(tmp_path, client, chooser):
     assert chooser in res.stdout and "before importing" in res.stdout
 
 
-def test_install_is_idempotent_and_uninstall():
-    compat.uninstall()  # start clean whatever ran before in this process
-    try:
-        assert compat.install(monai=False) == ["nitorch._C.spatial"]
-        assert compat.install() == ["nitorch._C.spatial", "monai._C"]
-        assert sum(f is compat._FINDER for f in sys.meta_path) == 1
-        assert sys.meta_path[-1] is compat._FINDER  # after Python's own finders
-    finally:
-        compat.uninstall()
-    assert compat.served() == [] and compat._FINDER not in sys.meta_path
+def test_install_is_idempotent_and_uninstall(tmp_path):
+    # A fresh interpreter: in this one another test module may have imported monai already,
+    # and install() then rightly refuses to serve it.
+    res = run_py("""
+        import sys, nitorch_jit.compat as c
+        assert c.install(monai=False) == ["nitorch._C.spatial"]
+        assert c.install() == ["nitorch._C.spatial", "monai._C"]
+        assert sum(f is c._FINDER for f in sys.meta_path) == 1
+        assert sys.meta_path[-1] is c._FINDER  # after Python's own finders
+        c.uninstall()
+        assert c.served() == [] and c._FINDER not in sys.meta_path
+        print("ok")
+    """, tmp_path)
+    assert res.stdout.split() == ["ok"], res.stderr
 
 
 def test_installing_the_package_changes_nothing(tmp_path):
@@ -299,16 +303,22 @@ def test_resize_family_adjoints():
                                nj.prolong(x, bound="dct2"))
 
 
-def test_docstring_examples():
-    """The examples of the compat's own API and of the code-level entries it uses run."""
-    import doctest
-    compat.uninstall()  # the examples start with no finder
-    from nitorch_jit.compat import run
-    from nitorch_jit.ops import pushpull, resize
-    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(
-        optionflags=doctest.ELLIPSIS)
-    tests = finder.find(compat) + finder.find(run) + finder.find(pushpull.resample_backward) \
-        + finder.find(resize.anchor_map)
-    assert len(tests) >= 6
-    for t in tests:
-        assert runner.run(t).failed == 0, t.name
+def test_docstring_examples(tmp_path):
+    """The examples of the compat's own API and of the code-level entries it uses run (in a
+    fresh interpreter: the examples start with no finder and no client imported)."""
+    res = run_py("""
+        import doctest
+        import nitorch_jit.compat as compat
+        from nitorch_jit.compat import run
+        from nitorch_jit.ops import pushpull, resize
+        finder = doctest.DocTestFinder()
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+        tests = finder.find(compat) + finder.find(run) + finder.find(pushpull.resample_backward) \\
+            + finder.find(resize.anchor_map)
+        failed = [t.name for t in tests if runner.run(t).failed]
+        print("RESULT", len(tests), *failed)
+    """, tmp_path)
+    result = [line for line in res.stdout.splitlines() if line.startswith("RESULT")]
+    assert result, res.stdout[-3000:] + res.stderr[-3000:]
+    words = result[0].split()
+    assert int(words[1]) >= 6 and words[2:] == [], res.stdout[-3000:]
