@@ -58,7 +58,7 @@ import warnings
 import numpy as np
 import torch
 
-from .codes import BoundType
+from ..codes import BoundType
 
 __all__ = ["affine_transform", "geometric_transform", "map_coordinates", "rotate", "shift",
            "spline_filter", "spline_filter1d", "zoom"]
@@ -329,7 +329,7 @@ def _check_rank(ndim, argname="input"):
 
 # ============================================================================ the engine
 def _ops():
-    from .ops import pushpull, resize, splinc  # noqa: F401  (load on first use)
+    from ..ops import pushpull, resize, splinc  # noqa: F401  (load on first use)
     return torch.ops.nitorch_jit
 
 
@@ -352,7 +352,7 @@ def _coefficients(x, order, mode, cval, prefilter, dim):
 
 
 def _prefiltered(x, order, mode, cval, prefilter, dim):
-    from .ops.splinc import prefilter as _pf
+    from ..ops.splinc import prefilter as _pf
     x, npad, run = _coefficients(x, order, mode, cval, prefilter, dim)
     if run:
         x = _pf(x, [order] * dim, [_TAPS[mode]] * dim)
@@ -426,7 +426,7 @@ def _pull(x, grid, order, mode, cval, prefilter):
     npts = g.shape[0]
     # the points as one row along the last point dim: the kernels' vector paths take rows
     g = g.reshape((1,) * (dim - 1) + (npts, dim))
-    from .ops.pushpull import grid_pull
+    from ..ops.pushpull import grid_pull
     # 'constant' overwrites every point outside [0, n - 1] below: the kernels may skip them
     # (extrapolate off zeroes points beyond a small tolerance, and computes the rest as before)
     out = grid_pull(coef, g, interpolation=order, bound=BoundType(_TAPS[mode]),
@@ -460,7 +460,7 @@ def _pull_affine(x, matrix, offset, oshape, order, mode, cval, prefilter):
         return None
     coef, npad = _prefiltered(x, order, mode, cval, prefilter, dim)
     A = np.concatenate([mat, (off + npad)[:, None]], 1)
-    from .ops.affine import affine_pull
+    from ..ops.affine import affine_pull
     out = affine_pull(coef, torch.from_numpy(A).to(coef.device), list(oshape),
                       interpolation=order, bound=BoundType(_TAPS[mode]),
                       extrapolate=mode != "constant")  # as in _pull
@@ -581,16 +581,16 @@ def _zoom_shift(x, out_shape, zooms, shifts, order, mode, cval, prefilter, grid_
             if not (math.isfinite(scale) and math.isfinite(offs[-1])):
                 affine = False
     if affine:
-        from .ops.resize import _run
+        from ..ops.resize import _run
         out = _run(_ops().resize, coef, list(out_shape), scales, offs, [order] * dim,
                    [_TAPS[mode]] * dim, run)
     else:  # legacy 'wrap' leaving [0, n-1] (or non-finite): one point per output voxel
-        from .ops.splinc import prefilter as _pf
+        from ..ops.splinc import prefilter as _pf
         if run:
             coef = _pf(coef, [order] * dim, [_TAPS[mode]] * dim)
         axes = [torch.from_numpy(np.where(np.isfinite(c), c, 0.0)) for c in coords]
         grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).to(coef.dtype)
-        from .ops.pushpull import grid_pull
+        from ..ops.pushpull import grid_pull
         out = grid_pull(coef, grid, interpolation=order, bound=BoundType(_TAPS[mode]),
                         extrapolate=True)
     if mode == "grid-constant" and cval != 0:
@@ -713,7 +713,7 @@ def _filter(inp, out, order, mode, axes):
     res = []
     for x, _ in inp.real_parts(dtype, 0.0):
         if order > 1 and axes:
-            from .ops.splinc import _run
+            from ..ops.splinc import _run
             _ops()
             x = _run(x, [order] * len(axes), [_FILTER[mode]] * len(axes), axes, False,
                      inplace=False)
