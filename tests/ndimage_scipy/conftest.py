@@ -15,7 +15,7 @@ import pytest
 # Empty with scipy 1.17.1: all 991 tests of test_interpolation.py and the 18 of
 # test_splines.py pass. A test that depends on scipy's approximate prefilter for
 # 'reflect' / 'grid-mirror' / 'nearest' on short lines (ours is exact, see the docstring of
-# nitorch_jit/ndimage.py) would go here with that reason.
+# nitorch_jit/ndimage/__init__.py) would go here with that reason.
 SKIPS = {}
 
 
