@@ -17,7 +17,7 @@ from .ops.solvers import (  # noqa: E402
     solve_grid_fmg,
 )
 from .ops.splinc import spline_coeff, spline_coeff_nd  # noqa: E402
-from .ops.tuning import empty_cache  # noqa: E402
+from .backends.tuning import empty_cache  # noqa: E402
 
 __all__ = ["BoundType", "InterpolationType", "affine_grid", "affine_pull", "affine_push",
            "compiled_backend", "count", "empty_cache", "grid_count", "grid_grad", "grid_pull",
@@ -32,9 +32,9 @@ def __getattr__(name):
         import importlib
         return importlib.import_module(".ndimage", __name__)
     if name == "reslice":  # needs nibabel (the io extra) only when called
-        from ._reslice import reslice
+        from .io.reslice import reslice
         return reslice
     if name == "compiled_backend":
-        from . import backend
-        return backend.ensure("pushpull", "cpu")
+        from . import backends
+        return backends.ensure("pushpull", "cpu")
     raise AttributeError(f"module 'nitorch_jit' has no attribute {name!r}")

@@ -64,7 +64,7 @@ def run_bench(size=128, threads=None, repeat=5, modules=("pushpull",)):
 def _bench_regsolve(size, threads, repeat):
     """regulariser_grid and solve_grid_fmg (issue workload), C against the TORCH twin run in
     this process on the same data (scripts/bench_solvers.py adds conv3d and PCG)."""
-    from . import backend
+    from . import backends as backend
     from .ops import regularisers as R
     from .ops import solvers as S
     from .torch_impl import regsolve as twin
@@ -106,7 +106,7 @@ def _bench_regsolve(size, threads, repeat):
 
 
 def _bench_resize(size, threads, repeat, modules):
-    from . import backend
+    from . import backends as backend
     from .ops import resize as R
     from .ops import splinc as S
     from .torch_impl import resize as torch_rs
@@ -146,7 +146,7 @@ def _bench_resize(size, threads, repeat, modules):
 
 
 def _bench_pushpull(size, threads, repeat):
-    from . import backend
+    from . import backends as backend
     from .torch_impl import pushpull as torch_pp
     if threads:
         torch.set_num_threads(threads)

@@ -8,14 +8,14 @@ import time
 
 import torch
 
-from . import backend, jit
+from . import backends, jit
 from .jit import cache, key as keymod, toolchain
-from .ops.library import MODULES
+from .backends import MODULES
+from .io.cli import add_reslice_parser, cmd_reslice
 
 
 def _modules_with_sources(device_type):
-    ext = "*.cpp" if device_type == "cpu" else "*.cu"
-    return [m for m in MODULES if (backend.CSRC / m).is_dir() and list((backend.CSRC / m).glob(ext))]
+    return [m for m in MODULES if backends.compiled.sources(m, device_type)]
 
 
 def _fmt_size(n):
@@ -35,7 +35,7 @@ def _fmt_age(s):
 def _try(fn):
     try:
         return fn(), None
-    except (toolchain.ToolchainError, jit.CacheError, backend.BackendError, OSError) as e:
+    except (toolchain.ToolchainError, jit.CacheError, backends.BackendError, OSError) as e:
         return None, str(e)
 
 
@@ -43,42 +43,11 @@ def stale_reason(entry):
     """None if `entry` matches this environment and sources, else the fields that differ."""
     old = entry.manifest["key"]
     archs = ";".join(old.get("archs") or []) or None
-    new, _ = _try(lambda: jit.compute_key(backend.module_spec(old["module"], old["device"], archs)))
+    new, _ = _try(lambda: jit.compute_key(backends.module_spec(old["module"], old["device"], archs)))
     if new is None:  # a tool is missing now: compare what can be computed
         new = keymod.environment()
     diffs = sorted(k for k in new if old.get(k) != new[k])
     return ", ".join(diffs) if diffs else None
-
-
-def _backend_preview(module, device_type):
-    """What the first call on this device would use, and why, without building anything."""
-    want, err = _try(backend.requested)
-    if err:
-        return "error", err
-    if want == "TORCH":
-        return "TORCH", "NI_COMPILED_BACKEND=TORCH"
-    monai_here = want in (None, "MONAI") and backend.monai_serves(module)
-    if want == "MONAI" and monai_here:
-        from .monai_backend import describe
-        ok, line = describe()
-        return ("MONAI", line) if ok else ("error", line)
-    spec, err = _try(lambda: backend.module_spec(module, device_type))
-    key = None
-    if spec is not None:
-        key, err = _try(lambda: jit.compute_key(spec))
-    if key is None:
-        if monai_here:  # unset: MONAI's routines stand in when they load
-            from .monai_backend import describe
-            ok, line = describe()
-            if ok:
-                return "MONAI", f"cannot compile ({err}); fallback: {line}"
-        return ("error" if want == "C" else "TORCH"), f"cannot compile: {err}"
-    name = jit.entry_name(key)
-    for e in cache.find(name):
-        if e.verify(key) is None:
-            return "C", f"cached build {e.path}"
-    from .jit.build import _why
-    return "C", f"compiles on first use ({_why(name, key)})"
 
 
 def _runtime_note():
@@ -145,18 +114,17 @@ def cmd_info(args):
             if d == "cuda" and m not in _modules_with_sources("cuda"):
                 print(f"  {d:5s} {m:10s} TORCH: no CUDA sources for this module yet")
                 continue
-            which, why = _backend_preview(m, d)
+            which, why = backends.preview(m, d)
             print(f"  {d:5s} {m:10s} {which}: {why}")
-    from .ops import tuning
     knobs = ", ".join(f"{k}={int(v) if k == 'push_buffer_mb' else ('on' if v else 'off')}"
-                      for k, v in tuning.current().items())
+                      for k, v in backends.tuning.current().items())
     print(f"tuning knobs (from NI_JIT_* variables; README: Environment variables)\n  {knobs}")
-    from . import monai_backend
-    ok, line = monai_backend.describe()
-    others = [m for m in MODULES if m not in monai_backend.SERVED]
+    ok, line = backends.monai.describe()
+    served = [m for m in MODULES if backends.monai.serves(m)]
+    others = [m for m in MODULES if m not in served]
     print("MONAI (NI_COMPILED_BACKEND=MONAI, or the fallback when ours cannot be compiled)")
     print(f"  {'found':10s}{line if ok else 'no: ' + line}")
-    print(f"  {'serves':10s}{', '.join(monai_backend.SERVED)} (grid_pull, grid_push, "
+    print(f"  {'serves':10s}{', '.join(served)} (grid_pull, grid_push, "
           f"grid_count, grid_grad) with MONAI's compiled routines")
     print(f"  {'ours':10s}{', '.join(others)}: no MONAI equivalent, our kernels serve them")
     return 0
@@ -179,10 +147,10 @@ def cmd_build(args):
                 continue
             t = time.monotonic()
             try:
-                path = backend.load_module(m, d, args.arch)
+                path = backends.load_module(m, d, args.arch)
                 print(f"{m} ({d}): {path} [{time.monotonic() - t:.1f} s]")
             except (toolchain.ToolchainError, jit.BuildError, jit.CacheError,
-                    backend.BackendError) as e:
+                    backends.BackendError) as e:
                 print(f"{m} ({d}): FAILED: {e}", file=sys.stderr)
                 rc = 1
     return rc
@@ -234,66 +202,6 @@ def cmd_bench(args):
     return run_bench(size=args.size, threads=args.threads, repeat=args.repeat, modules=modules)
 
 
-class _AddTransform(argparse.Action):
-    """-l FILE appends (FILE, False); --inverse flips the transform given just before it."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        items = list(getattr(namespace, "transforms", None) or [])
-        if self.const == "inverse":
-            if not items:
-                parser.error("--inverse applies to the -l/--linear transform given just "
-                             "before it; there is none")
-            items[-1] = (items[-1][0], not items[-1][1])
-        else:
-            items.append((values, False))
-        namespace.transforms = items
-
-
-def _reslice_parser(sub):
-    r = sub.add_parser(
-        "reslice", help="resample images onto a target grid through transforms (NIfTI, MGH)",
-        description="Resample MOVING images onto the grid of TARGET (its shape and affine) "
-                    "through affine transforms and a displacement field, interpolating once. "
-                    "Needs nibabel: pip install 'nitorch_jit[io]'.")
-    r.add_argument("moving", nargs="+", help="images to resample (.nii, .nii.gz, .mgh, .mgz)")
-    r.add_argument("-t", "--target", required=True, help="image whose grid the output takes")
-    r.add_argument("-l", "--linear", dest="transforms", action=_AddTransform, metavar="AFFINE",
-                   help="affine transform file, repeatable, in the order that moves the moving "
-                        "image to the target (for ITK/ANTs files, antsApplyTransforms' order): "
-                        "FreeSurfer LTA (src -> dst as mri_vol2vol reads "
-                        "it), ITK/ANTs text or .mat (target -> moving points, LPS, as "
-                        "antsApplyTransforms applies it), or a plain 4x4 RAS-to-RAS matrix "
-                        "from moving to target")
-    r.add_argument("--inverse", dest="transforms", action=_AddTransform, nargs=0,
-                   const="inverse", help="apply the inverse of the -l transform just before")
-    r.add_argument("-d", "--displacement", help="displacement field, ITK/ANTs layout "
-                   "[X,Y,Z,1,3], mm, LPS, target -> moving points; applied to target points "
-                   "before the affines (antsApplyTransforms -t WARP -t AFFINE is "
-                   "-d WARP -l AFFINE)")
-    r.add_argument("--order", type=int, default=1, choices=range(8), metavar="0..7",
-                   help="spline order (default 1; >= 2 applies the spline prefilter)")
-    r.add_argument("--bound", default="dct2", help="boundary condition, as grid_pull "
-                   "(default dct2)")
-    r.add_argument("--extrapolate", action="store_true", help="use the bound outside the "
-                   "moving image's field of view (default: 0 there)")
-    r.add_argument("--label", action="store_true", help="integer label maps: most likely label")
-    r.add_argument("--dtype", help="output data type (default: the moving image's)")
-    r.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    g = r.add_mutually_exclusive_group()
-    g.add_argument("-o", "--output", help="output file (one moving image)")
-    g.add_argument("--suffix", default="_resliced",
-                   help="appended to each moving name before its extension (default _resliced)")
-
-
-def cmd_reslice(args):
-    from ._reslice import ResliceError, run_cli
-    try:
-        return run_cli(args)
-    except (ResliceError, ImportError) as e:
-        print(f"nitorch-jit reslice: {e}", file=sys.stderr)
-        return 1
-
-
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:  # the program's own arguments must reach it untouched
@@ -322,12 +230,12 @@ def main(argv=None):
                        choices=["pushpull", "splinc", "resize", "regsolve", "all"],
                        help="what to time (default pushpull: resampling; regsolve: regulariser "
                             "and FMG solver; 'all' compiles and times every module)")
-    _reslice_parser(sub)
+    add_reslice_parser(sub)
     args = p.parse_args(argv)
     try:
         return {"info": cmd_info, "build": cmd_build, "cache": cmd_cache, "bench": cmd_bench,
                 "reslice": cmd_reslice}[args.cmd](args)
-    except (jit.CacheError, backend.BackendError) as e:
+    except (jit.CacheError, backends.BackendError) as e:
         print(f"nitorch-jit: {e}", file=sys.stderr)
         return 1
 

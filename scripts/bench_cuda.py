@@ -32,8 +32,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import nitorch_jit as nj  # noqa: E402
-from nitorch_jit import backend  # noqa: E402
-from nitorch_jit.ops import tuning  # noqa: E402
+from nitorch_jit import backends  # noqa: E402
+from nitorch_jit.backends import tuning  # noqa: E402
 from nitorch_jit.bench import print_table, synthetic, voxel_to_grid_sample  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def compile_time(device):
     """Seconds of the first CUDA build of pushpull in this cache ('cached: N s' if it existed)."""
     from nitorch_jit.jit import cache
     if device.type != "cuda":
-        backend.ensure("pushpull", device)
+        backends.ensure("pushpull", device)
         return None, "n/a (not CUDA)"
 
     def built():
@@ -78,10 +78,10 @@ def compile_time(device):
 
     before = {e.path for e in built()}
     t = time.monotonic()
-    which = backend.ensure("pushpull", "cuda")
+    which = backends.ensure("pushpull", "cuda")
     seconds = time.monotonic() - t
     if which != "C":
-        raise SystemExit(f"the CUDA kernels are not compiled ({backend.status()}); see the warning")
+        raise SystemExit(f"the CUDA kernels are not compiled ({backends.status()}); see the warning")
     new = [e for e in built() if e.path not in before]
     if new:
         return seconds, f"{seconds:.0f} s (compiled now, archs {new[-1].manifest['key'].get('archs')})"

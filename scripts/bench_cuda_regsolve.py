@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import torch  # noqa: E402
 
 import nitorch_jit as nj  # noqa: E402
-from nitorch_jit import backend  # noqa: E402
+from nitorch_jit import backends  # noqa: E402
 from nitorch_jit.bench import print_table  # noqa: E402
 from nitorch_jit.ops import regularisers as R  # noqa: E402
 from nitorch_jit.ops import solvers as S  # noqa: E402
@@ -66,7 +66,7 @@ def main():
     if dev.type == "cuda" and not torch.cuda.is_available():
         print("bench_cuda_regsolve: no CUDA device", file=sys.stderr)
         return 1
-    kinds = {m: backend.ensure(m, dev) for m in ("regsolve", "resize")}
+    kinds = {m: backends.ensure(m, dev) for m in ("regsolve", "resize")}
     n, rep = args.size, args.repeat
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     print(f"bench_cuda_regsolve: {name}, torch {torch.__version__}, backends {kinds}, "

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import nitorch_jit as nj  # noqa: E402
-from nitorch_jit import backend  # noqa: E402
+from nitorch_jit import backends  # noqa: E402
 from nitorch_jit.bench import print_table  # noqa: E402
 from nitorch_jit.ops.options import bound_codes  # noqa: E402
 from nitorch_jit.torch_impl import resize as twin_resize  # noqa: E402
@@ -69,7 +69,7 @@ def main():
     if dev.type == "cuda" and not torch.cuda.is_available():
         print("bench_cuda_resize: no CUDA device", file=sys.stderr)
         return 1
-    kinds = {m: backend.ensure(m, dev) for m in ("splinc", "resize")}
+    kinds = {m: backends.ensure(m, dev) for m in ("splinc", "resize")}
     n, m = args.size, 2 * args.size
     torch.manual_seed(0)
     small = torch.randn(1, 1, n, n, n, device=dev)

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import nitorch_jit as nj  # noqa: E402
 from nitorch_jit.bench import print_table, synthetic  # noqa: E402
-from nitorch_jit.ops import tuning  # noqa: E402
+from nitorch_jit.backends import tuning  # noqa: E402
 
 
 def best(fn, repeat):

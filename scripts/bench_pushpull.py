@@ -13,7 +13,7 @@ import warnings
 import torch
 
 import nitorch_jit as nj
-from nitorch_jit import backend
+from nitorch_jit import backends
 from nitorch_jit.bench import print_table, synthetic, timeit, voxel_to_grid_sample
 from nitorch_jit.torch_impl import pushpull as torch_pp
 
@@ -192,7 +192,7 @@ def main():
                     help="only the 2-D 512^2 rows and issue 11's shapes")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    backend.load_module("pushpull", "cpu")
+    backends.load_module("pushpull", "cpu")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, "
           f"displacement +-2 voxels, min of {args.repeat} runs (ms); ratio = peer / nitorch_jit")
     rows = []

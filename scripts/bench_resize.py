@@ -57,7 +57,7 @@ def main():
     torch.set_num_threads(args.threads)
 
     import nitorch_jit
-    from nitorch_jit import backend
+    from nitorch_jit import backends
     from nitorch_jit.ops import resize as R
     from nitorch_jit.ops import splinc
 
@@ -75,7 +75,7 @@ def main():
     x = torch.randn(n, n, n)
     xn = x.numpy()
     xb = x[None, None]
-    kinds = {k: backend.ensure(k, "cpu") for k in ("splinc", "resize")}
+    kinds = {k: backends.ensure(k, "cpu") for k in ("splinc", "resize")}
     print(f"# {n}^3 float32, {torch.get_num_threads()} threads, torch {torch.__version__}, "
           f"nitorch_jit {nitorch_jit.__version__}, backends {kinds}")
     rows = []

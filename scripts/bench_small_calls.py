@@ -24,7 +24,7 @@ import warnings
 import torch
 
 import nitorch_jit as nj
-from nitorch_jit import backend
+from nitorch_jit import backends
 from nitorch_jit.bench import print_table, timeit, voxel_to_grid_sample
 
 warnings.filterwarnings("ignore")
@@ -117,7 +117,7 @@ def main():
     args = ap.parse_args()
     default_threads = torch.get_num_threads()
     for m in ("pushpull", "regsolve"):
-        backend.ensure(m, "cpu")
+        backends.ensure(m, "cpu")
     spinner = None
     if args.busy:
         spinner = mp.get_context("spawn").Process(target=spin, daemon=True)
@@ -127,7 +127,7 @@ def main():
         print(f"torch {torch.__version__}, float64, {args.calls} calls per cell, ms; "
               f"default threads = {default_threads}; "
               f"{'one core kept busy' if args.busy else 'no busy process'}; "
-              f"backend {backend.ensure('pushpull', 'cpu')}")
+              f"backend {backends.ensure('pushpull', 'cpu')}")
         rows = []
         for label, ours, peer in cases():
             cell = {}

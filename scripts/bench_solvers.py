@@ -167,7 +167,7 @@ def subprocess_torch(size, repeat, which):
 def compile_time():
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NI_JIT_CACHE_DIR=cache)
-        code = ("import time, nitorch_jit.backend as b; t = time.perf_counter(); "
+        code = ("import time, nitorch_jit.backends as b; t = time.perf_counter(); "
                 "b.load_module('regsolve', 'cpu'); print(time.perf_counter() - t)")
         res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True)
@@ -190,11 +190,11 @@ def main():
         return 0
 
     import nitorch_jit as nj
-    from nitorch_jit import backend
+    from nitorch_jit import backends
     from nitorch_jit.bench import print_table
     v, g, h = data(args.size)
     ours = measure(args.size, args.repeat, ["reg", "fmg"])
-    name = backend.status().get(("regsolve", "cpu"), ("?",))[0]
+    name = backends.status().get(("regsolve", "cpu"), ("?",))[0]
     print(f"bench_solvers: {args.size}^3 x 3 float32 grid, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, ours = {name}", flush=True)
 

@@ -76,10 +76,10 @@ for module in pushpull splinc resize regsolve; do
         limit 900 env NI_COMPILED_BACKEND=C NI_JIT_VERBOSE=0 MAX_JOBS=$JOBS_EACH "$PY" - "$module" "$device" \
             >"$WORK/build_${module}_$device.log" 2>&1 <<'EOF' &
 import sys, time
-from nitorch_jit import backend
+from nitorch_jit import backends
 module, device = sys.argv[1:3]
 t = time.monotonic()
-assert backend.ensure(module, device) == "C", backend.status()
+assert backends.ensure(module, device) == "C", backends.status()
 print(f"BUILD {module} {device} {time.monotonic() - t:.1f} s", flush=True)
 assert "platformdirs" not in sys.modules, "platformdirs was imported"
 EOF

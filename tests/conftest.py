@@ -12,9 +12,9 @@ import pytest  # noqa: E402
 
 @pytest.fixture
 def knobs():
-    """knobs(name=value, ...) sets the kernels' tuning knobs (nitorch_jit.ops.tuning) for this
+    """knobs(name=value, ...) sets the kernels' tuning knobs (nitorch_jit.backends.tuning) for this
     test, in every loaded library; they are restored afterwards."""
-    from nitorch_jit.ops import tuning
+    from nitorch_jit.backends import tuning
     saved = tuning.current()
     yield tuning.set_knobs
     tuning.set_knobs(**saved)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nitorch_jit.ops import tuning
+from nitorch_jit.backends import tuning
 
 F64 = torch.float64
 HAVE_GPU = torch.cuda.is_available()
@@ -25,7 +25,7 @@ def load_emulation(namespace, modules, source, folders, build_name):
     from pathlib import Path
 
     from nitorch_jit.jit import toolchain
-    from nitorch_jit.ops.library import MODULES
+    from nitorch_jit.backends import MODULES
     try:
         home, _ = toolchain.find_cuda_home()
         toolchain.find_cxx()

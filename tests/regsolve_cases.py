@@ -4,7 +4,7 @@ compiled CPU kernels as a fixture."""
 import pytest
 import torch
 
-from nitorch_jit import backend
+from nitorch_jit import backends
 from nitorch_jit.ops.regularisers import colour_periods, taps as real_taps
 
 F64 = torch.float64
@@ -14,7 +14,7 @@ BOUNDS = [2, 3, 4, 5, 6]  # dct2, dst1, dst2, dft, zero (replicate and dct1: ref
 @pytest.fixture(scope="module")
 def C():
     """torch.ops.nitorch_jit with the compiled CPU kernels of "regsolve" registered."""
-    backend.load_module("regsolve", "cpu")
+    backends.load_module("regsolve", "cpu")
     return torch.ops.nitorch_jit
 
 

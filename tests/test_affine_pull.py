@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import nitorch_jit
-from nitorch_jit import affine_grid, affine_pull, affine_push, backend, grid_pull, grid_push
+from nitorch_jit import affine_grid, affine_pull, affine_push, backends, grid_pull, grid_push
 from nitorch_jit.torch_impl import pushpull as twin
 
 F64, F32 = torch.float64, torch.float32
@@ -24,7 +24,7 @@ OUT = [5, 9, 4]  # rows of 4, 9 points: the AVX2 order-1 path sees full and part
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled():
-    assert backend.ensure("pushpull", "cpu") == "C", backend.status()
+    assert backends.ensure("pushpull", "cpu") == "C", backends.status()
 
 
 def matrix(D, batch=(), seed=0, dtype=F64, scale=1.0):

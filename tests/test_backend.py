@@ -122,11 +122,11 @@ def test_cli_bench_all_modules(tmp_path):
 
 
 def test_tuning_knobs_reach_every_loaded_library(knobs):
-    """The knobs chosen in Python (nitorch_jit.ops.tuning) are what each compiled library holds,
+    """The knobs chosen in Python (nitorch_jit.backends.tuning) are what each compiled library holds,
     before, inside and after an override; the library's knob list matches the package's."""
-    from nitorch_jit import backend
-    from nitorch_jit.ops import tuning
-    paths = [backend.load_module(m, "cpu") for m in ("pushpull", "regsolve", "splinc", "resize")]
+    from nitorch_jit import backends
+    from nitorch_jit.backends import tuning
+    paths = [backends.load_module(m, "cpu") for m in ("pushpull", "regsolve", "splinc", "resize")]
     for path in paths:
         assert tuning.library_values(path) == {k: int(v) for k, v in tuning.current().items()}
     with tuning.override(push_buffer_mb=7, avx2=False, cuda_tiles=False, huge_pages=True,
@@ -211,5 +211,5 @@ def test_output_cache_reuses_blocks_and_empty_cache_returns_them(knobs):
 
 
 def tuning_value(name):
-    from nitorch_jit.ops import tuning
+    from nitorch_jit.backends import tuning
     return tuning.current()[name]

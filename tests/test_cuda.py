@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import nitorch_jit as nj
-from nitorch_jit import backend
+from nitorch_jit import backends
 
 import cuda_cases as K
 from cuda_cases import gpu, check as _check
@@ -32,14 +32,14 @@ F32, F64 = torch.float32, torch.float64
 @pytest.fixture(scope="module")
 def CU():
     """torch.ops.nitorch_jit with the compiled CUDA kernels (compiled here if needed)."""
-    which = backend.ensure("pushpull", "cuda")
-    assert which == "C", f"the CUDA kernels did not compile: {backend.status()}"
+    which = backends.ensure("pushpull", "cuda")
+    assert which == "C", f"the CUDA kernels did not compile: {backends.status()}"
     return torch.ops.nitorch_jit
 
 
 @pytest.fixture(scope="module")
 def C():
-    assert backend.ensure("pushpull", "cpu") == "C", backend.status()
+    assert backends.ensure("pushpull", "cpu") == "C", backends.status()
     return torch.ops.nitorch_jit
 
 
@@ -316,8 +316,8 @@ with warnings.catch_warnings(record=True) as caught:
     a = nj.grid_pull(x.cuda(), g.cuda()).item()
     b = nj.grid_pull(x.cuda(), g.cuda()).item()
 msgs = [str(w.message) for w in caught if "unavailable on CUDA" in str(w.message)]
-from nitorch_jit import backend
-print("RESULT", json.dumps([a, b, msgs, backend.status()[("pushpull", "cuda")][0]]))
+from nitorch_jit import backends
+print("RESULT", json.dumps([a, b, msgs, backends.status()[("pushpull", "cuda")][0]]))
 """
 
 
@@ -332,7 +332,7 @@ def test_cuda_tensor_without_nvcc_uses_torch_once(tmp_path):
 CPU_ONLY = """
 import json, torch
 import nitorch_jit as nj
-from nitorch_jit import backend, jit
+from nitorch_jit import backends, jit
 from nitorch_jit.jit import toolchain
 asked = []
 _load, _home = jit.load, toolchain.find_cuda_home
@@ -349,7 +349,7 @@ g = (4 * torch.rand(1, 3, 2, 2, 3)).requires_grad_()
 nj.grid_pull(x, g, interpolation=3).sum().backward()
 nj.grid_push(torch.randn(1, 2, 3, 2, 2), g, [5, 4, 3]).sum()
 nj.grid_count(g)
-print("RESULT", json.dumps([asked, sorted(map(list, backend.status()))]))
+print("RESULT", json.dumps([asked, sorted(map(list, backends.status()))]))
 """
 
 

@@ -36,12 +36,12 @@ def lines(proc, tag):
 
 BUILD = """
 import json, sys, time, torch
-from nitorch_jit import backend
+from nitorch_jit import backends
 from nitorch_jit.jit import cache
-from nitorch_jit.ops.library import MODULES
+from nitorch_jit.backends import MODULES
 module = sys.argv[1]
 start = time.monotonic()
-path = backend.load_module(module, "cuda", "{ARCH}")
+path = backends.load_module(module, "cuda", "{ARCH}")
 print("SECONDS", time.monotonic() - start)
 print("LIBRARY", path)
 missing = [op for op in MODULES[module]
@@ -72,12 +72,12 @@ def test_cuda_module_builds_and_registers(tmp_path, module):
 
 FALLBACK = """
 import json, warnings, torch
-from nitorch_jit import backend
+from nitorch_jit import backends
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    first = backend.ensure("pushpull", "cuda")
-    second = backend.ensure("pushpull", "cuda")
-    cpu_kernels = backend.status().get(("pushpull", "cpu"))
+    first = backends.ensure("pushpull", "cuda")
+    second = backends.ensure("pushpull", "cuda")
+    cpu_kernels = backends.status().get(("pushpull", "cpu"))
 msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
 has = torch._C._dispatch_has_kernel_for_dispatch_key("nitorch_jit::grid_pull", "CUDA")
 print("RESULT", json.dumps([first, second, msgs, has, cpu_kernels]))
@@ -106,7 +106,7 @@ def test_cuda_without_toolkit_falls_back_to_torch_once(tmp_path):
 
 
 def test_cuda_without_toolkit_backend_c_raises(tmp_path):
-    code = "from nitorch_jit import backend; backend.ensure('pushpull', 'cuda')"
+    code = "from nitorch_jit import backends; backends.ensure('pushpull', 'cuda')"
     proc = run(code, tmp_path, CUDA_HOME=str(tmp_path / "no-cuda"), NI_COMPILED_BACKEND="C")
     assert proc.returncode != 0
     assert "NI_COMPILED_BACKEND=C" in proc.stderr and "CUDA" in proc.stderr

@@ -14,7 +14,7 @@ cuda_fp16.h), not a GPU; skipped without them.
 import pytest
 import torch
 
-from nitorch_jit import backend
+from nitorch_jit import backends
 
 import cuda_cases as K
 from cuda_cases import check as _check
@@ -32,7 +32,7 @@ def EMU():
 @pytest.fixture(scope="module")
 def C():
     """torch.ops.nitorch_jit with the compiled CPU kernels: the reference."""
-    assert backend.ensure("pushpull", "cpu") == "C", backend.status()
+    assert backends.ensure("pushpull", "cpu") == "C", backends.status()
     return torch.ops.nitorch_jit
 
 

@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from nitorch_jit import backend
+from nitorch_jit import backends
 
 import lines_cases as L
 from cuda_cases import check as _check, load_emulation
@@ -34,8 +34,8 @@ def EMU():
 @pytest.fixture(scope="module")
 def C():
     """torch.ops.nitorch_jit with the compiled CPU kernels: the reference."""
-    assert backend.ensure("splinc", "cpu") == "C", backend.status()
-    assert backend.ensure("resize", "cpu") == "C", backend.status()
+    assert backends.ensure("splinc", "cpu") == "C", backends.status()
+    assert backends.ensure("resize", "cpu") == "C", backends.status()
     return torch.ops.nitorch_jit
 
 

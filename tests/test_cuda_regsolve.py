@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import nitorch_jit as nj
-from nitorch_jit import backend
+from nitorch_jit import backends
 from nitorch_jit.ops import regularisers as R
 
 from cuda_cases import gpu, check as _check, on_side_stream
@@ -32,14 +32,14 @@ DEV = "cuda"  # (a dry run of these tests on the CPU sets it to "cpu")
 @pytest.fixture(scope="module")
 def CU():
     """torch.ops.nitorch_jit with the compiled CUDA kernels (compiled here if needed)."""
-    which = backend.ensure("regsolve", DEV)
-    assert which == "C", f"the CUDA regsolve kernels did not compile: {backend.status()}"
+    which = backends.ensure("regsolve", DEV)
+    assert which == "C", f"the CUDA regsolve kernels did not compile: {backends.status()}"
     return torch.ops.nitorch_jit
 
 
 @pytest.fixture(scope="module")
 def C():
-    assert backend.ensure("regsolve", "cpu") == "C", backend.status()
+    assert backends.ensure("regsolve", "cpu") == "C", backends.status()
     return torch.ops.nitorch_jit
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import nitorch_jit as nj
-from nitorch_jit import backend
+from nitorch_jit import backends
 
 import lines_cases as L
 from cuda_cases import gpu, check as _check, on_side_stream
@@ -27,15 +27,15 @@ F32, F64 = torch.float32, torch.float64
 def CU():
     """torch.ops.nitorch_jit with the compiled CUDA kernels (compiled here if needed)."""
     for module in ("splinc", "resize"):
-        which = backend.ensure(module, "cuda")
-        assert which == "C", f"the CUDA {module} kernels did not compile: {backend.status()}"
+        which = backends.ensure(module, "cuda")
+        assert which == "C", f"the CUDA {module} kernels did not compile: {backends.status()}"
     return torch.ops.nitorch_jit
 
 
 @pytest.fixture(scope="module")
 def C():
-    assert backend.ensure("splinc", "cpu") == "C", backend.status()
-    assert backend.ensure("resize", "cpu") == "C", backend.status()
+    assert backends.ensure("splinc", "cpu") == "C", backends.status()
+    assert backends.ensure("resize", "cpu") == "C", backends.status()
     return torch.ops.nitorch_jit
 
 

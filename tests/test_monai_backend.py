@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from nitorch_jit import backend, monai_backend
+from nitorch_jit import backends
+from nitorch_jit.backends import monai as monai_backend
 from nitorch_jit.jit import toolchain
-from nitorch_jit.ops.options import BOUND_NAMES
+from nitorch_jit.codes import BOUND_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -100,9 +101,9 @@ def test_monai_not_installed(monkeypatch):
 
 def test_register_refuses_modules_monai_lacks():
     for module in ("splinc", "resize", "regsolve"):
-        with pytest.raises(backend.BackendError, match="no MONAI equivalent"):
+        with pytest.raises(backends.BackendError, match="no MONAI equivalent"):
             monai_backend.register(module, "cpu")
-    assert not backend.monai_serves("resize") and backend.monai_serves("pushpull")
+    assert not monai_backend.serves("resize") and monai_backend.serves("pushpull")
 
 
 def test_options_monai_cannot_serve():
@@ -113,25 +114,25 @@ def test_options_monai_cannot_serve():
     for op in ("grid_pushgrad", "grid_hess_dot"):
         monai_backend.check_options(op, 3, [1, 1])
         monai_backend.check_options(op, 3, [0, 0, 0])
-        with pytest.raises(backend.BackendError, match=r"interpolation=\[1, 0\].*nearest or "
+        with pytest.raises(backends.BackendError, match=r"interpolation=\[1, 0\].*nearest or "
                                                        r"linear"):
             monai_backend.check_options(op, 3, [1, 0])
-        with pytest.raises(backend.BackendError, match=r"interpolation=\[3\]"):
+        with pytest.raises(backends.BackendError, match=r"interpolation=\[3\]"):
             monai_backend.check_options(op, 3, [3])
     monai_backend.check_options("grid_pull", 5000, [1, 1, 1])  # iso linear: no channel cap
-    with pytest.raises(backend.BackendError, match=r"interpolation=\[1, 3, 2\].*dim 1"):
+    with pytest.raises(backends.BackendError, match=r"interpolation=\[1, 3, 2\].*dim 1"):
         monai_backend.check_options("grid_pull", 1, [1, 3, 2])
-    with pytest.raises(backend.BackendError, match=r"interpolation=\[2\].*1-D"):
+    with pytest.raises(backends.BackendError, match=r"interpolation=\[2\].*1-D"):
         monai_backend.check_options("grid_grad", 1, [2])
-    with pytest.raises(backend.BackendError, match="2000 channels"):
+    with pytest.raises(backends.BackendError, match="2000 channels"):
         monai_backend.check_options("grid_pull", 2000, [3, 3])
 
 
 @pytest.fixture
 def fresh_backend(monkeypatch):
-    """backend.ensure with no state and stand-ins for the three ways of registering kernels."""
-    monkeypatch.setattr(backend, "_STATE", {})
-    monkeypatch.setattr(backend, "_WARNED", set())
+    """backends.ensure with no state and stand-ins for the three providers' registrations."""
+    monkeypatch.setattr(backends, "_STATE", {})
+    monkeypatch.setattr(backends, "_WARNED", set())
     calls = []
     ways = types.SimpleNamespace(c_error=None, monai_error=None, calls=calls)
 
@@ -148,9 +149,13 @@ def fresh_backend(monkeypatch):
                                                  ways.monai_error)
         return "monai._C stand-in"
 
-    monkeypatch.setattr(backend, "load_module", load_module)
-    monkeypatch.setattr(backend, "_register_monai", register_monai)
-    monkeypatch.setattr(backend, "_register_torch", lambda m, d: calls.append(("TORCH", m)))
+    def register_torch(module, device_type):
+        calls.append(("TORCH", module))
+        return "torch_impl stand-in"
+
+    monkeypatch.setattr(backends.compiled, "load_module", load_module)
+    monkeypatch.setattr(backends.monai, "register", register_monai)
+    monkeypatch.setattr(backends.portable, "register", register_torch)
     monkeypatch.delenv("NI_COMPILED_BACKEND", raising=False)
     return ways
 
@@ -158,7 +163,7 @@ def fresh_backend(monkeypatch):
 def _ensure(module):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        which = backend.ensure(module, "cpu")
+        which = backends.ensure(module, "cpu")
     return which, [str(w.message) for w in caught]
 
 
@@ -195,15 +200,15 @@ def test_backend_monai_requested(fresh_backend, monkeypatch):
     monkeypatch.setenv("NI_COMPILED_BACKEND", "MONAI")
     assert _ensure("pushpull") == ("MONAI", [])
     assert _ensure("resize") == ("C", [])  # no MONAI equivalent: our compiled kernels
-    assert "no MONAI equivalent" in backend.status()[("resize", "cpu")][1]
+    assert "no MONAI equivalent" in backends.status()[("resize", "cpu")][1]
     assert fresh_backend.calls == [("MONAI", "pushpull"), ("C", "resize")]
 
 
 def test_backend_monai_requested_but_unavailable_raises(fresh_backend, monkeypatch):
     monkeypatch.setenv("NI_COMPILED_BACKEND", "monai")
     fresh_backend.monai_error = "MONAI is installed but without monai._C. BUILD_MONAI=1 ..."
-    with pytest.raises(backend.BackendError, match="NI_COMPILED_BACKEND=MONAI but .*BUILD_MONAI=1"):
-        backend.ensure("pushpull", "cpu")
+    with pytest.raises(backends.BackendError, match="NI_COMPILED_BACKEND=MONAI but .*BUILD_MONAI=1"):
+        backends.ensure("pushpull", "cpu")
     assert ("C", "pushpull") not in fresh_backend.calls and ("TORCH", "pushpull") not in \
         fresh_backend.calls
 
@@ -257,9 +262,9 @@ def test_docstring_examples():
     result = doctest.testmod(monai_backend)
     assert result.attempted > 0 and result.failed == 0, result
     runner = doctest.DocTestRunner()
-    for test in doctest.DocTestFinder().find(backend.monai_serves, "monai_serves", globs={}):
+    for test in doctest.DocTestFinder().find(backends.plan, "plan", globs={}):
         runner.run(test)
-    assert tuple(runner.summarize(verbose=False)) == (0, 2)  # (failed, attempted)
+    assert tuple(runner.summarize(verbose=False)) == (0, 3)  # (failed, attempted)
 
 
 # ------------------------------------------------------------------ with MONAI's build
@@ -296,7 +301,7 @@ def _served(op, dim, order):
 @pytest.mark.parametrize("dim", [1, 2, 3])
 @pytest.mark.parametrize("bound", range(7), ids=BOUND_NAMES)
 def test_agrees_with_our_c_kernels(dim, bound):
-    assert backend.ensure("pushpull", "cpu") == "C"
+    assert backends.ensure("pushpull", "cpu") == "C"
     theirs = monai_backend._kernels(MONAI_C)
     x, grid = _case(dim)
     shape = list(x.shape[2:])
@@ -318,7 +323,7 @@ def test_agrees_with_our_c_kernels(dim, bound):
             }
             for op, args in calls.items():
                 if not _served(op, dim, order):
-                    with pytest.raises(backend.BackendError, match="interpolation"):
+                    with pytest.raises(backends.BackendError, match="interpolation"):
                         theirs[op](*args)
                     refused += 1
                     continue
@@ -382,10 +387,10 @@ def test_agrees_per_dim_options_and_float32(dim):
 def test_refused_options_raise_through_the_kernels():
     theirs = monai_backend._kernels(MONAI_C)
     x, grid = _case(3)
-    with pytest.raises(backend.BackendError, match="interpolation"):
+    with pytest.raises(backends.BackendError, match="interpolation"):
         theirs["grid_pull"](x, grid, [1, 3, 1], [0] * 3, True)
     w = torch.ones([2, 2, *grid.shape[1:]], dtype=torch.float64)
-    with pytest.raises(backend.BackendError, match="nearest or linear"):
+    with pytest.raises(backends.BackendError, match="nearest or linear"):
         theirs["grid_hess_dot"](w, x, grid, [2] * 3, [0] * 3, True)
 
 
@@ -429,7 +434,7 @@ def test_public_api_with_backend_monai(tmp_path):
     assert proc.returncode == 0, proc.stderr
     got = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1][7:])
     assert got.pop("backend") == "MONAI"
-    assert backend.ensure("pushpull", "cpu") == "C"
+    assert backends.ensure("pushpull", "cpu") == "C"
     namespace = {}
     ours = API.replace('warnings.simplefilter("error")', "").replace(
         'print("RESULT", json.dumps(out))', "")

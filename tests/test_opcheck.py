@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import nitorch_jit.ops
-from nitorch_jit import backend
+from nitorch_jit import backends
 from nitorch_jit.ops import library
 from nitorch_jit.ops import regularisers as R
 
@@ -119,7 +119,7 @@ OPS = _defined_ops()
 
 def _load_kernels():
     for module in library.MODULES:
-        backend.ensure(module, "cpu")
+        backends.ensure(module, "cpu")
 
 
 def test_samples_cover_every_op():

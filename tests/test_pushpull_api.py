@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import nitorch_jit as nj
-from nitorch_jit.ops.options import BOUND_NAMES
+from nitorch_jit.codes import BOUND_NAMES
 
 from cuda_cases import OpLog
 

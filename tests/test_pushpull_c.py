@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from nitorch_jit import backend
-from nitorch_jit.ops import tuning
+from nitorch_jit import backends
+from nitorch_jit.backends import tuning
 
 ndimage = pytest.importorskip("scipy.ndimage")
 
@@ -33,7 +33,7 @@ OPS = ["grid_pull", "grid_push", "grid_grad", "grid_pushgrad", "grid_grad_dot", 
 @pytest.fixture(scope="module")
 def C():
     """torch.ops.nitorch_jit with the compiled CPU kernels registered."""
-    assert backend.ensure("pushpull", "cpu") == "C", backend.status()
+    assert backends.ensure("pushpull", "cpu") == "C", backends.status()
     return torch.ops.nitorch_jit
 
 

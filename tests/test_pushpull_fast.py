@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import nitorch_jit as nj
-from nitorch_jit import backend
-from nitorch_jit.ops import tuning
+from nitorch_jit import backends
+from nitorch_jit.backends import tuning
 
 F32, F64 = torch.float32, torch.float64
 BOUNDS = ["replicate", "dct1", "dct2", "dst1", "dst2", "dft", "zero"]
@@ -27,7 +27,7 @@ BOUNDS = ["replicate", "dct1", "dct2", "dst1", "dst2", "dft", "zero"]
 
 @pytest.fixture(scope="module")
 def C():
-    assert backend.ensure("pushpull", "cpu") == "C", backend.status()
+    assert backends.ensure("pushpull", "cpu") == "C", backends.status()
     return torch.ops.nitorch_jit
 
 

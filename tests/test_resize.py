@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from nitorch_jit import backend
+from nitorch_jit import backends
 from nitorch_jit.ops import resize as api
 from nitorch_jit.torch_impl import resize as twin
 
@@ -18,7 +18,7 @@ ndi = pytest.importorskip("scipy.ndimage")
 
 @pytest.fixture(scope="module")
 def c_ops():
-    assert backend.ensure("resize", "cpu") == "C", backend.status()
+    assert backends.ensure("resize", "cpu") == "C", backends.status()
     return torch.ops.nitorch_jit.resize, torch.ops.nitorch_jit.resize_adjoint
 
 
@@ -266,14 +266,14 @@ def test_torch_backend_subprocess(c_ops, tmp_path):
     torch.save(x, tmp_path / "x.pt")
     code = (
         "import torch, sys\n"
-        "from nitorch_jit import backend\n"
+        "from nitorch_jit import backends\n"
         "from nitorch_jit.ops import resize as R, splinc as S\n"
         f"x = torch.load({str(tmp_path / 'x.pt')!r})\n"
         "y = R.resize(x, 1.5, interpolation=3, bound='dct1')\n"
         "z = R.restrict(x, 2, anchor='e')\n"
         "c = x.clone(); S.spline_coeff_nd(c, 4, 'dft', dim=2, inplace=True)\n"
-        "assert backend.status()[('resize', 'cpu')][0] == 'TORCH'\n"
-        "assert backend.status()[('splinc', 'cpu')][0] == 'TORCH'\n"
+        "assert backends.status()[('resize', 'cpu')][0] == 'TORCH'\n"
+        "assert backends.status()[('splinc', 'cpu')][0] == 'TORCH'\n"
         f"torch.save((y, z, c), {str(tmp_path / 'out.pt')!r})\n")
     env = dict(os.environ, NI_COMPILED_BACKEND="TORCH")
     subprocess.run([sys.executable, "-c", code], check=True, env=env)

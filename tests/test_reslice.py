@@ -13,7 +13,7 @@ nib = pytest.importorskip("nibabel")
 from nibabel.processing import resample_from_to  # noqa: E402
 
 import nitorch_jit as nj  # noqa: E402
-from nitorch_jit import _reslice, transforms  # noqa: E402
+from nitorch_jit.io import reslice as _reslice, transforms  # noqa: E402
 from nitorch_jit.cli import main  # noqa: E402
 
 
@@ -62,20 +62,20 @@ def test_matches_nibabel(order, mode, bound, dtype):
 @pytest.mark.parametrize("order", [1, 3])
 @pytest.mark.parametrize("kernel", ["grid", "affine_pull"])
 def test_both_kernels_match_nibabel(order, kernel, monkeypatch):
-    """The affine case goes to nitorch_jit.affine_pull (grid-free) where it exists, else
-    through a grid in chunks (the path of displacement fields): both checked."""
+    """The affine case goes to affine_pull (grid-free); with a displacement field (here zero)
+    through a grid in chunks: both checked."""
     calls = []
-    if kernel == "grid":
-        monkeypatch.setattr(nj, "affine_pull", None, raising=False)
-        monkeypatch.setattr(_reslice, "_CHUNK_POINTS", 1000)  # several chunks
-    else:
-        real = getattr(nj, "affine_pull", None)
-        if real is None:
-            pytest.skip("nitorch_jit.affine_pull is not in this tree")
-        monkeypatch.setattr(nj, "affine_pull", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = _reslice.affine_pull_codes
+    monkeypatch.setattr(_reslice, "affine_pull_codes",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
     moving, target = _oblique_pair(np.float32)
+    displacement = None
+    if kernel == "grid":
+        monkeypatch.setattr(_reslice, "_CHUNK_POINTS", 1000)  # several chunks
+        displacement = nib.Nifti1Image(np.zeros(target[0] + (3,), np.float32), target[1])
     ref = resample_from_to(moving, target, order=order, mode="reflect").get_fdata()
-    out = nj.reslice(moving, target, order=order, extrapolate=True).get_fdata()
+    out = nj.reslice(moving, target, displacement=displacement, order=order,
+                     extrapolate=True).get_fdata()
     assert _rel(out, ref) < 1e-5
     assert len(calls) == (kernel == "affine_pull")
 

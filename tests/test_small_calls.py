@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import nitorch_jit as nj
-from nitorch_jit import backend
+from nitorch_jit import backends
 from nitorch_jit.ops import regularisers as R
 from nitorch_jit.ops.options import bound_codes, order_codes
 from nitorch_jit.torch_impl import regsolve as twin
@@ -135,7 +135,7 @@ def _sweep(knobs, run):
 
 @pytest.mark.parametrize("shape", [[6, 64, 48], [70, 9], [300]])
 def test_splinc_same_on_both_sides_of_the_grain(knobs, two_threads, shape):
-    backend.load_module("splinc", "cpu")
+    backends.load_module("splinc", "cpu")
     x = torch.randn([2] + shape, dtype=F64)
     d = len(shape)
     _sweep(knobs, lambda: ops.spline_coeff_nd(x, [3, 5, 2][:d], [2, 5, 1][:d],
@@ -143,7 +143,7 @@ def test_splinc_same_on_both_sides_of_the_grain(knobs, two_threads, shape):
 
 
 def test_resize_same_on_both_sides_of_the_grain(knobs, two_threads):
-    backend.load_module("resize", "cpu")
+    backends.load_module("resize", "cpu")
     x = torch.randn(2, 3, 20, 17, 9, dtype=F64)
     args = ([31, 8, 9], [20 / 31, 17 / 8, 1.0], [0.1, 0.2, 0.0], [3, 1, 2], [2, 5, 1], True)
     _sweep(knobs, lambda: (ops.resize(x, *args), ops.resize_adjoint(x, *args)))
@@ -151,7 +151,7 @@ def test_resize_same_on_both_sides_of_the_grain(knobs, two_threads):
 
 @pytest.mark.parametrize("dim", [1, 2, 3])
 def test_regsolve_same_on_both_sides_of_the_grain(knobs, two_threads, dim):
-    backend.load_module("regsolve", "cpu")
+    backends.load_module("regsolve", "cpu")
     shape = {1: [40], 2: [17, 12], 3: [9, 11, 10]}[dim]
     flat = R.taps(dim, 2, [0.01, 0.02], [0.1, 0.2], [0.05, 0.02], [1.0] * dim, [2] * dim)
     per = R.colour_periods(flat, shape, [2] * dim)
@@ -221,13 +221,13 @@ def test_fast_path_keeps_batches_grad_and_dtype():
 
 _CHILD = """
 import torch, nitorch_jit as nj
-from nitorch_jit import backend
+from nitorch_jit import backends
 g = torch.Generator().manual_seed(0)
 img = torch.randn(1, 1, 9, 8, dtype=torch.float64, generator=g)
 grid = torch.rand(1, 5, 4, 2, dtype=torch.float64, generator=g) * 7
 out = [nj.grid_pull(img, grid, o, "dct2", True) for o in (1, 3, 1)]
 torch.save(out, {path!r})
-print(backend.ensure("pushpull", "cpu"))
+print(backends.ensure("pushpull", "cpu"))
 """
 
 
@@ -255,7 +255,7 @@ def test_torch_relax_iterates_equal_c(dim):
     """Sizes not a multiple of the periods, dct2 / dft / dst1 / zero, weights (kinds 1 and 2),
     a symmetric Hessian, a grid with elastic cross terms, several batches, a gradient that is
     x (read before x changes, as C does)."""
-    backend.load_module("regsolve", "cpu")
+    backends.load_module("regsolve", "cpu")
     shape = [11, 7] if dim == 2 else [7, 8, 6]
     g = torch.Generator().manual_seed(dim)
     for bnd in (2, 5, 3, 6):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from nitorch_jit import BoundType, backend
+from nitorch_jit import BoundType, backends
 from nitorch_jit.ops import splinc as api
 from nitorch_jit.torch_impl import pushpull as torch_pushpull
 from nitorch_jit.torch_impl import splinc as twin
@@ -25,7 +25,7 @@ ALL_CODES = range(7)
 @pytest.fixture(scope="module")
 def c_op():
     """The compiled kernel (fails if the module cannot be built)."""
-    assert backend.ensure("splinc", "cpu") == "C", backend.status()
+    assert backends.ensure("splinc", "cpu") == "C", backends.status()
     return torch.ops.nitorch_jit.spline_coeff_nd
 
 

@@ -55,6 +55,34 @@ def _why(name, key):
     return "the environment changed (" + ", ".join(changed) + ")"
 
 
+def explain(key):
+    """What loading the library of `key` would do, in one line, without building anything.
+
+    Parameters
+    ----------
+    key : dict
+        From ``compute_key(spec)``.
+
+    Returns
+    -------
+    str
+        ``"cached build PATH"``, or ``"compiles on first use (WHY)"``.
+
+    Examples
+    --------
+    >>> from nitorch_jit import jit
+    >>> key = {"module": "none", "device": "cpu", "torch": "0", "torch_git": "0",
+    ...        "python": "cpython-3.11"}
+    >>> jit.explain(key)  # doctest: +ELLIPSIS
+    'compiles on first use (...)'
+    """
+    name = keymod.entry_name(key)
+    for e in cache.find(name):
+        if e.verify(key) is None:
+            return f"cached build {e.path}"
+    return f"compiles on first use ({_why(name, key)})"
+
+
 def _estimate(key):
     times = [e.manifest.get("build_seconds") for e in cache.entries()
              if e.manifest["key"].get("module") == key["module"]

@@ -9,24 +9,23 @@ module; their autograd and fake kernels are registered here.
 """
 import torch
 
-from .. import backend
-from . import library  # noqa: F401  (defines the schemas)
-from .options import check_tensor
-from .pushpull import (_HALF, _MODULE, _broadcast, _call, _ensure, _flatten_batch, _options,
-                       _restore, _shape_arg)
+from .. import backends
+from .common import HALF, broadcast_batch, call, flatten_batch, restore_batch, shape_arg
+from .options import check_tensor, resampling_options
 from .splinc import prefilter as _prefilter
 
 _ops = torch.ops.nitorch_jit
+_MODULE = "pushpull"  # the affine ops are kernels of the pushpull library
 
 
 # ----------------------------------------------------------------------------- fake kernels
 def _fake_pull(input, affine, shape, order, bound, extrapolate):
-    backend.ensure(_MODULE, input.device)  # load the real kernels while tracing
+    backends.ensure(_MODULE, input.device)  # load the real kernels while tracing
     return input.new_empty([input.shape[0], input.shape[1], *shape])
 
 
 def _fake_grad_dot(weight, input, affine, order, bound, extrapolate):
-    backend.ensure(_MODULE, input.device)
+    backends.ensure(_MODULE, input.device)
     return affine.new_empty([affine.shape[0], affine.shape[1], affine.shape[1] + 1])
 
 
@@ -76,7 +75,7 @@ def _affine_dim(affine):
             or affine.shape[-2] not in (affine.shape[-1] - 1, affine.shape[-1]):
         raise ValueError(f"affine: expected [*batch, D+1, D+1] or [*batch, D, D+1] with D = 1, "
                          f"2 or 3, got shape {tuple(affine.shape)}")
-    if not backend._is_compiling() and affine.numel() and not bool(torch.isfinite(affine).all()):
+    if not backends.is_compiling() and affine.numel() and not bool(torch.isfinite(affine).all()):
         raise ValueError("affine: every entry must be finite (got inf or nan)")
     return affine.shape[-1] - 1
 
@@ -92,13 +91,13 @@ def _prepare(input, affine, dim, argname="input"):
     if input.device != affine.device:
         raise ValueError(f"{argname} is on {input.device} but affine is on {affine.device}")
     out_dtype = input.dtype
-    if input.dtype in _HALF:  # computed in float32, cast back
+    if input.dtype in HALF:  # computed in float32, cast back
         input = input.float()
     affine = affine[..., :dim, :].to(input.dtype)  # the last row of a square matrix is unused
     ibatch = input.shape[:input.dim() - dim - 1]
     abatch = affine.shape[:-2]
-    batch = _broadcast(ibatch, abatch)
-    return (_flatten_batch(input, ibatch, batch), _flatten_batch(affine, abatch, batch), batch,
+    batch = broadcast_batch(ibatch, abatch)
+    return (flatten_batch(input, ibatch, batch), flatten_batch(affine, abatch, batch), batch,
             out_dtype)
 
 
@@ -159,13 +158,52 @@ def affine_pull(input, affine, shape=None, interpolation="linear", bound="zero",
     True
     """
     dim = _affine_dim(affine)
+    opts = resampling_options(dim, interpolation, bound, extrapolate)
+    return affine_pull_codes(input, affine, shape, *opts, prefilter=prefilter)
+
+
+def affine_pull_codes(input, affine, shape, order, bound, extrapolate, prefilter=False):
+    """affine_pull with its options already parsed: the code-level entry, for the front ends.
+
+    Parameters
+    ----------
+    input : tensor [*batch, C, *spatial]
+    affine : tensor [*batch, D+1, D+1] or [*batch, D, D+1]
+        Output voxel to input voxel.
+    shape : list[int] or None
+        Output spatial shape (default: the input's).
+    order : list[int]
+        Spline orders 0..7, one per spatial dim.
+    bound : list[int]
+        Bound codes of nitorch_jit.codes, one per spatial dim.
+    extrapolate : bool
+    prefilter : bool, default False
+
+    Returns
+    -------
+    tensor [*batch, C, *shape], differentiable.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit.codes import bound_code
+    >>> from nitorch_jit.ops.affine import affine_pull_codes
+    >>> x = torch.arange(4.).reshape(1, 1, 4)
+    >>> A = torch.tensor([[[0.5, 1.0]]])  # o -> o / 2 + 1
+    >>> affine_pull_codes(x, A, [3], [1], [bound_code("dct2")], False)
+    tensor([[[1.0000, 1.5000, 2.0000]]])
+    """
+    dim = _affine_dim(affine)
+    if len(order) != dim or len(bound) != dim:
+        raise ValueError(f"order and bound: expected {dim} codes each (affine is {dim}-D), "
+                         f"got {list(order)} and {list(bound)}")
     x, A, batch, dtype = _prepare(input, affine, dim)
-    shape = _shape_arg(shape, dim, x.shape[2:])
-    opts = _options(dim, interpolation, bound, extrapolate)
+    shape = shape_arg(shape, dim, x.shape[2:])
     if prefilter:  # interpolate the samples rather than use them as spline coefficients
-        x = _prefilter(x, *opts[:2])
-    _ensure(x.device)
-    return _restore(_call(_ops.affine_pull.default, x, A, shape, *opts), batch, dtype)
+        x = _prefilter(x, order, bound)
+    backends.ensure_eager(_MODULE, x.device)
+    return restore_batch(call(_ops.affine_pull.default, x, A, shape, list(order), list(bound),
+                              bool(extrapolate)), batch, dtype)
 
 
 def affine_push(input, affine, shape=None, interpolation="linear", bound="zero",
@@ -208,10 +246,10 @@ def affine_push(input, affine, shape=None, interpolation="linear", bound="zero",
     """
     dim = _affine_dim(affine)
     x, A, batch, dtype = _prepare(input, affine, dim)
-    shape = _shape_arg(shape, dim, x.shape[2:])
-    opts = _options(dim, interpolation, bound, extrapolate)
-    _ensure(x.device)
-    out = _call(_ops.affine_push.default, x, A, shape, *opts)
+    shape = shape_arg(shape, dim, x.shape[2:])
+    opts = resampling_options(dim, interpolation, bound, extrapolate)
+    backends.ensure_eager(_MODULE, x.device)
+    out = call(_ops.affine_push.default, x, A, shape, *opts)
     if prefilter:  # the transposed filter, so that push stays the adjoint of pull
         out = _prefilter(out, *opts[:2], adjoint=True)
-    return _restore(out, batch, dtype)
+    return restore_batch(out, batch, dtype)

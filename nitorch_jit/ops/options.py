@@ -4,9 +4,8 @@ import numbers
 
 import torch
 
-# the codes are defined once, in nitorch_jit.codes; BOUND_NAMES is re-exported from here
-from ..codes import (BOUND_CODES, BOUND_NAMES, ORDER_CODES, bound_code,  # noqa: F401
-                     integer_bound_message, order_code)
+# the codes are defined once, in nitorch_jit.codes
+from ..codes import BOUND_CODES, ORDER_CODES, bound_code, integer_bound_message, order_code
 
 
 def per_dim(value, dim, argname):
@@ -106,31 +105,3 @@ def check_tensor(x, argname, *, floating=True):
     if x.numel() == 0:
         raise ValueError(f"{argname}: expected a non-empty tensor, got shape {tuple(x.shape)}")
     return x
-
-
-# The parameters shared by the docstrings of the public functions, written once. A docstring
-# names them by a marker on the description line (``<bound>``); `document` fills them in.
-_DOC_PARAMS = {
-    "interpolation": """Spline order: 0..7, a name ('nearest', 'linear', 'quadratic', 'cubic',
-        'fourth', 'fifth', 'sixth', 'seventh') or a member of nitorch_jit.InterpolationType
-        (or a peer package's, read by its name). A list gives one per spatial dim; the
-        last one repeats.""",
-    "bound": """Boundary condition: a name ('zero', 'replicate', 'dct1', 'dct2', 'dst1',
-        'dst2', 'dft', or an alias such as 'reflect', 'mirror', 'wrap': see
-        nitorch_jit.BoundType) or a BoundType member; those of torch-interpol, NITorch and
-        MONAI are read by their names. A list gives one per spatial dim; the last one
-        repeats. A plain integer is refused: the packages number their bounds differently.""",
-    "extrapolate": """If False, a point farther than 0.05 voxel outside ``[0, n - 1]`` along
-        some dim is out: pulling there gives 0, pushing from there adds nothing. If True,
-        the bound extends the image everywhere.""",
-    "prefilter": """If True, `input` holds samples and the spline prefilter is applied
-        first, so that the spline interpolates them (orders >= 2); if False, `input` holds
-        the spline coefficients themselves.""",
-}
-
-
-def document(fn):
-    """Fill the ``<interpolation>``, ``<bound>``, ... markers of `fn`'s docstring."""
-    for key, text in _DOC_PARAMS.items():
-        fn.__doc__ = fn.__doc__.replace(f"<{key}>", text)
-    return fn

@@ -2,40 +2,20 @@
 
 Images are ``[*batch, C, *spatial]``, grids ``[*batch, *out, D]`` in voxel coordinates (channel
 last, ``grid[..., d]`` indexes spatial dim ``d``). Batch dims broadcast. The kernels behind
-``torch.ops.nitorch_jit.*`` are chosen by nitorch_jit.backend; autograd and fake (meta) kernels
+``torch.ops.nitorch_jit.*`` are chosen by nitorch_jit.backends; autograd and fake (meta) kernels
 are registered here, so the ops work under ``torch.compile(fullgraph=True)``.
 """
-import math
-
 import torch
 
-from .. import backend
-from . import library  # noqa: F401  (defines the schemas)
-from .options import check_tensor, document, resampling_options
+from .. import backends
+from .common import (HALF, broadcast_batch, call, flatten_batch, restore_batch,
+                     shape_arg)
+from .docfill import docfill
+from .options import check_tensor, resampling_options
 from .splinc import prefilter as _prefilter
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "pushpull"
-_HALF = (torch.float16, torch.bfloat16)
-
-def _ensure(device):
-    backend.ensure_eager(_MODULE, device)
-
-
-# a private torch guard: where a torch version lacks it, the op is called plainly
-_BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
-
-
-def _call(op, x, g, *args):
-    """op(x, g, *args). When no gradient can flow (grad mode off, or neither tensor requires
-    one) it enters the dispatcher below autograd, as torch.library's autograd kernel itself
-    does then: that skips the Python autograd layer, most of a small call's cost."""
-    if (torch.is_grad_enabled() and (x.requires_grad or g.requires_grad)) \
-            or _BELOW_AUTOGRAD is None or backend._is_compiling():
-        return op(x, g, *args)
-    with _BELOW_AUTOGRAD():
-        return op(x, g, *args)
-
 
 _PLAIN_DTYPES = (torch.float32, torch.float64)
 
@@ -46,7 +26,7 @@ def _plain(input, grid):
     else 0 (the full path then checks everything and raises its messages). Small calls are
     most of their own cost: this path skips the shape algebra, with a few attribute reads."""
     if type(input) is not torch.Tensor or type(grid) is not torch.Tensor \
-            or backend._is_compiling():
+            or backends.is_compiling():
         return 0
     nd = input.dim()
     dim = nd - 2
@@ -55,49 +35,44 @@ def _plain(input, grid):
             or grid.dtype != input.dtype or not input.numel() or not grid.numel():
         return 0
     device = input.device
-    if grid.device != device or backend._STATE.get((_MODULE, device.type)) is None:
+    if grid.device != device or backends.chosen(_MODULE, device.type) is None:
         return 0
     return dim
 
 
-def _restore(out, batch, dtype):
-    """The kernels' [B, ...] output with the caller's batch dims and dtype."""
-    if len(batch) != 1:
-        out = out.reshape(tuple(batch) + out.shape[1:])
-    return out if out.dtype == dtype else out.to(dtype)
-
-
 # ----------------------------------------------------------------------------- fake kernels
 def _fake_pull(input, grid, order, bound, extrapolate):
-    backend.ensure(_MODULE, input.device)  # load the real kernels while tracing
+    backends.ensure(_MODULE, input.device)  # load the real kernels while tracing
     return input.new_empty([input.shape[0], input.shape[1], *grid.shape[1:-1]])
 
 
 def _fake_push(input, grid, shape, order, bound, extrapolate):
-    backend.ensure(_MODULE, input.device)
+    backends.ensure(_MODULE, input.device)
     return input.new_empty([input.shape[0], input.shape[1], *shape])
 
 
 def _fake_grad(input, grid, order, bound, extrapolate):
-    backend.ensure(_MODULE, input.device)
+    backends.ensure(_MODULE, input.device)
     return input.new_empty([input.shape[0], input.shape[1], *grid.shape[1:]])
 
 
 def _fake_dot(weight, input, grid, order, bound, extrapolate):
-    backend.ensure(_MODULE, input.device)
+    backends.ensure(_MODULE, input.device)
     return grid.new_empty(grid.shape)
 
 
 def _fake_pull_backward(grad, input, grid, order, bound, extrapolate):
-    backend.ensure(_MODULE, input.device)
+    backends.ensure(_MODULE, input.device)
     return input.new_empty(input.shape), grid.new_empty(grid.shape)
 
 
-for _name, _fn in [("grid_pull", _fake_pull), ("grid_push", _fake_push),
-                   ("grid_grad", _fake_grad), ("grid_pushgrad", _fake_push),
-                   ("grid_grad_dot", _fake_dot), ("grid_hess_dot", _fake_dot),
-                   ("grid_pull_backward", _fake_pull_backward)]:
-    torch.library.register_fake(f"nitorch_jit::{_name}", _fn)
+torch.library.register_fake("nitorch_jit::grid_pull", _fake_pull)
+torch.library.register_fake("nitorch_jit::grid_push", _fake_push)
+torch.library.register_fake("nitorch_jit::grid_grad", _fake_grad)
+torch.library.register_fake("nitorch_jit::grid_pushgrad", _fake_push)
+torch.library.register_fake("nitorch_jit::grid_grad_dot", _fake_dot)
+torch.library.register_fake("nitorch_jit::grid_hess_dot", _fake_dot)
+torch.library.register_fake("nitorch_jit::grid_pull_backward", _fake_pull_backward)
 
 
 # ----------------------------------------------------------------------------- autograd
@@ -173,9 +148,11 @@ def _grad_dot_backward(ctx, grad):
     return gw, gi, gg, None, None, None
 
 
-for _name, _fn in [("grid_pull", _pull_backward), ("grid_push", _push_backward),
-                   ("grid_grad", _grad_backward), ("grid_pushgrad", _pushgrad_backward)]:
-    torch.library.register_autograd(f"nitorch_jit::{_name}", _fn, setup_context=_setup)
+torch.library.register_autograd("nitorch_jit::grid_pull", _pull_backward, setup_context=_setup)
+torch.library.register_autograd("nitorch_jit::grid_push", _push_backward, setup_context=_setup)
+torch.library.register_autograd("nitorch_jit::grid_grad", _grad_backward, setup_context=_setup)
+torch.library.register_autograd("nitorch_jit::grid_pushgrad", _pushgrad_backward,
+                                setup_context=_setup)
 torch.library.register_autograd("nitorch_jit::grid_grad_dot", _grad_dot_backward,
                                 setup_context=_setup_dot)
 
@@ -206,75 +183,38 @@ def _check_input(input, dim, grid, argname="input", label_ok=False):
     if input.device != grid.device:
         raise ValueError(f"{argname} is on {input.device} but grid is on {grid.device}")
     if input.is_floating_point() and input.dtype != grid.dtype \
-            and not (input.dtype in _HALF or grid.dtype in _HALF):
+            and not (input.dtype in HALF or grid.dtype in HALF):
         raise TypeError(f"{argname} is {input.dtype} but grid is {grid.dtype}; use the same dtype")
-
-
-def _flatten_batch(x, xbatch, batch):
-    """[*xbatch, *core] -> [prod(batch), *core] with no copy when x has no batch of its own."""
-    core = x.shape[len(xbatch):]
-    n = math.prod(batch)
-    if all(s == 1 for s in xbatch):
-        return x.reshape((1,) + tuple(core)).expand((n,) + tuple(core))
-    return x.expand(tuple(batch) + tuple(core)).reshape((n,) + tuple(core))
-
-
-def _broadcast(a, b):
-    # torch.broadcast_shapes would import sympy (over 1 s) on the first call
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-    if any(x != y and x != 1 and y != 1 for x, y in zip(a, b)):
-        raise ValueError(f"input batch dims {a} and grid batch dims {b} do not broadcast")
-    return tuple(y if x == 1 else x for x, y in zip(a, b))
 
 
 def _prepare(input, grid, dim, input_core):
     """Broadcast batch dims; return flattened input, grid, the batch shape and the dtype."""
     if (input.dim() == input_core + 1 and grid.dim() == dim + 2
-            and input.shape[0] == grid.shape[0] and input.dtype not in _HALF
-            and grid.dtype not in _HALF):  # one batch dim each, the same: nothing to do
+            and input.shape[0] == grid.shape[0] and input.dtype not in HALF
+            and grid.dtype not in HALF):  # one batch dim each, the same: nothing to do
         return input, grid, input.shape[:1], input.dtype
     ibatch = input.shape[:input.dim() - input_core]
     gbatch = grid.shape[:grid.dim() - dim - 1]
-    batch = _broadcast(ibatch, gbatch)
+    batch = broadcast_batch(ibatch, gbatch)
     out_dtype = input.dtype
     if _half_kernels(input):  # half data, computed in float32 by the kernels
         if grid.dtype != input.dtype:
             grid = grid.float()
-    elif input.dtype in _HALF or grid.dtype in _HALF:  # computed in float32, cast back
+    elif input.dtype in HALF or grid.dtype in HALF:  # computed in float32, cast back
         input, grid = input.float(), grid.float()
-        out_dtype = out_dtype if out_dtype in _HALF else torch.float32
-    return _flatten_batch(input, ibatch, batch), _flatten_batch(grid, gbatch, batch), batch, out_dtype
+        out_dtype = out_dtype if out_dtype in HALF else torch.float32
+    return flatten_batch(input, ibatch, batch), flatten_batch(grid, gbatch, batch), batch, out_dtype
 
 
 def _half_kernels(input):
     """The compiled CUDA kernels take float16/bfloat16 data (with a grid of the same dtype or
     float32); the CPU kernels and the pure-PyTorch ones get float32 copies."""
-    return (input.dtype in _HALF and not backend._is_compiling()
-            and input.device.type == "cuda" and backend.ensure(_MODULE, input.device) == "C")
-
-
-_options = resampling_options
-
-
-def _shape_arg(shape, dim, default):
-    if shape is None:
-        return list(default)
-    if isinstance(shape, torch.Size):
-        shape = list(shape)
-    if isinstance(shape, int):
-        shape = [shape]
-    try:
-        shape = [int(s) for s in shape]
-    except (TypeError, ValueError):
-        raise TypeError(f"shape: expected a list of {dim} ints, got {shape!r}") from None
-    if len(shape) != dim or any(s <= 0 for s in shape):
-        raise ValueError(f"shape: expected {dim} positive sizes, got {shape}")
-    return shape
+    return (input.dtype in HALF and not backends.is_compiling()
+            and input.device.type == "cuda" and backends.ensure(_MODULE, input.device) == "C")
 
 
 # ----------------------------------------------------------------------------- public API
-@document
+@docfill
 def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=False,
               prefilter=False):
     """Sample an image at voxel coordinates by spline interpolation.
@@ -289,13 +229,13 @@ def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
         Voxel coordinates, D = 1, 2 or 3: ``grid[..., d]`` indexes spatial dim ``d`` of
         `input`, voxel centres at 0 ... n - 1. Batch dims broadcast with those of `input`.
     interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        <interpolation>
+        %(interpolation)s
     bound : str or BoundType, or a list of them, default 'zero'
-        <bound>
+        %(bound)s
     extrapolate : bool, default False
-        <extrapolate>
+        %(extrapolate)s
     prefilter : bool, default False
-        <prefilter>
+        %(prefilter)s
 
     Returns
     -------
@@ -326,26 +266,66 @@ def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     """
     dim = _plain(input, grid)
     if dim and not prefilter:
-        return _call(_ops.grid_pull.default, input, grid,
-                     *_options(dim, interpolation, bound, extrapolate))
+        return call(_ops.grid_pull.default, input, grid,
+                     *resampling_options(dim, interpolation, bound, extrapolate))
     dim = _grid_dim(grid)
     _check_input(input, dim, grid, label_ok=True)
+    opts = resampling_options(dim, interpolation, bound, extrapolate)
+    return _pull(input, grid, dim, opts, prefilter)
+
+
+def pull_codes(input, grid, order, bound, extrapolate, prefilter=False):
+    """grid_pull with its options already parsed: the code-level entry, for the front ends.
+
+    Parameters
+    ----------
+    input : tensor [*batch, C, *spatial]
+        Floating point, or integer labels (the most likely label is pulled, as grid_pull).
+    grid : tensor [*batch, *out, D]
+        Voxel coordinates. Batch dims broadcast.
+    order : list[int]
+        Spline orders 0..7, one per spatial dim.
+    bound : list[int]
+        Bound codes of nitorch_jit.codes, one per spatial dim.
+    extrapolate : bool
+    prefilter : bool, default False
+
+    Returns
+    -------
+    tensor [*batch, C, *out], differentiable.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit.codes import bound_code
+    >>> from nitorch_jit.ops.pushpull import pull_codes
+    >>> img = torch.arange(4.).reshape(1, 1, 4)
+    >>> pull_codes(img, torch.tensor([[[0.5], [2.25]]]), [1], [bound_code("dct2")], False)
+    tensor([[[0.5000, 2.2500]]])
+    """
+    dim = _grid_dim(grid)
+    _check_input(input, dim, grid, label_ok=True)
+    if len(order) != dim or len(bound) != dim:
+        raise ValueError(f"order and bound: expected {dim} codes each (grid has D = {dim}), "
+                         f"got {list(order)} and {list(bound)}")
+    return _pull(input, grid, dim, (tuple(order), tuple(bound), bool(extrapolate)), prefilter)
+
+
+def _pull(input, grid, dim, opts, prefilter):
     if not input.is_floating_point():
-        return _pull_labels(input, grid, interpolation, bound, extrapolate, prefilter)
-    opts = _options(dim, interpolation, bound, extrapolate)
+        return _pull_labels(input, grid, dim, opts, prefilter)
     if prefilter:  # interpolate the samples rather than use them as spline coefficients
         input = _prefilter(input, *opts[:2])
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
-    _ensure(x.device)
-    return _restore(_call(_ops.grid_pull.default, x, g, *opts), batch, dtype)
+    backends.ensure_eager(_MODULE, x.device)
+    return restore_batch(call(_ops.grid_pull.default, x, g, *opts), batch, dtype)
 
 
-def _pull_labels(input, grid, interpolation, bound, extrapolate, prefilter):
+def _pull_labels(input, grid, dim, opts, prefilter):
     labels = torch.unique(input)
     best = out = None
     for label in labels:
-        w = grid_pull((input == label).to(grid.dtype), grid, interpolation, bound,
-                      extrapolate, prefilter)
+        w = _pull((input == label).to(grid.dtype), grid, dim, opts, prefilter)
         if out is None:
             best, out = w, torch.full_like(w, label.item(), dtype=input.dtype)
         else:
@@ -355,7 +335,7 @@ def _pull_labels(input, grid, interpolation, bound, extrapolate, prefilter):
     return out
 
 
-@document
+@docfill
 def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", extrapolate=False,
               prefilter=False):
     """Splat values at voxel coordinates onto an image: the adjoint of grid_pull.
@@ -369,11 +349,11 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
     shape : list[int], optional
         Spatial shape of the output image (default: the spatial shape of `input`).
     interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        <interpolation>
+        %(interpolation)s
     bound : str or BoundType, or a list of them, default 'zero'
-        <bound>
+        %(bound)s
     extrapolate : bool, default False
-        <extrapolate>
+        %(extrapolate)s
     prefilter : bool, default False
         If True, the transposed spline prefilter is applied after splatting, so that push
         stays the exact adjoint of ``grid_pull(..., prefilter=True)``.
@@ -397,9 +377,9 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
     """
     dim = _plain(input, grid)
     if dim and input.shape[2:] == grid.shape[1:-1]:
-        shape = _shape_arg(shape, dim, input.shape[2:])
-        opts = _options(dim, interpolation, bound, extrapolate)
-        out = _call(_ops.grid_push.default, input, grid, shape, *opts)
+        shape = shape_arg(shape, dim, input.shape[2:])
+        opts = resampling_options(dim, interpolation, bound, extrapolate)
+        out = call(_ops.grid_push.default, input, grid, shape, *opts)
         # the transposed filter, so that push stays the adjoint of pull
         return _prefilter(out, *opts[:2], adjoint=True) if prefilter else out
     dim = _grid_dim(grid)
@@ -407,17 +387,17 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
     if tuple(input.shape[-dim:]) != tuple(grid.shape[-dim - 1:-1]):
         raise ValueError(f"input: its spatial shape {tuple(input.shape[-dim:])} must equal the "
                          f"grid's {tuple(grid.shape[-dim - 1:-1])}")
-    shape = _shape_arg(shape, dim, input.shape[-dim:])
-    opts = _options(dim, interpolation, bound, extrapolate)
+    shape = shape_arg(shape, dim, input.shape[-dim:])
+    opts = resampling_options(dim, interpolation, bound, extrapolate)
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
-    _ensure(x.device)
-    out = _call(_ops.grid_push.default, x, g, shape, *opts)
+    backends.ensure_eager(_MODULE, x.device)
+    out = call(_ops.grid_push.default, x, g, shape, *opts)
     if prefilter:  # the transposed filter, so that push stays the adjoint of pull
         out = _prefilter(out, *opts[:2], adjoint=True)
-    return _restore(out, batch, dtype)
+    return restore_batch(out, batch, dtype)
 
 
-@document
+@docfill
 def grid_count(grid, shape=None, interpolation="linear", bound="zero", extrapolate=False):
     """How much each voxel receives when a one is pushed from every point of a grid.
 
@@ -428,11 +408,11 @@ def grid_count(grid, shape=None, interpolation="linear", bound="zero", extrapola
     shape : list[int], optional
         Spatial shape of the output (default: the spatial shape of `grid`).
     interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        <interpolation>
+        %(interpolation)s
     bound : str or BoundType, or a list of them, default 'zero'
-        <bound>
+        %(bound)s
     extrapolate : bool, default False
-        <extrapolate>
+        %(extrapolate)s
 
     Returns
     -------
@@ -451,7 +431,7 @@ def grid_count(grid, shape=None, interpolation="linear", bound="zero", extrapola
     return grid_push(ones, grid, shape, interpolation, bound, extrapolate)
 
 
-@document
+@docfill
 def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=False,
               prefilter=False):
     """Spatial gradient of the spline-interpolated image at voxel coordinates.
@@ -463,13 +443,13 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     grid : tensor [*batch, *out, D]
         Voxel coordinates, D = 1, 2 or 3 (see grid_pull). Batch dims broadcast.
     interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        <interpolation>
+        %(interpolation)s
     bound : str or BoundType, or a list of them, default 'zero'
-        <bound>
+        %(bound)s
     extrapolate : bool, default False
-        <extrapolate>
+        %(extrapolate)s
     prefilter : bool, default False
-        <prefilter>
+        %(prefilter)s
 
     Returns
     -------
@@ -487,21 +467,21 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     """
     dim = _plain(input, grid)
     if dim and not prefilter:
-        return _call(_ops.grid_grad.default, input, grid,
-                     *_options(dim, interpolation, bound, extrapolate))
+        return call(_ops.grid_grad.default, input, grid,
+                     *resampling_options(dim, interpolation, bound, extrapolate))
     dim = _grid_dim(grid)
     _check_input(input, dim, grid)
-    opts = _options(dim, interpolation, bound, extrapolate)
+    opts = resampling_options(dim, interpolation, bound, extrapolate)
     if prefilter:
         input = _prefilter(input, *opts[:2])
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
-    _ensure(x.device)
-    return _restore(_call(_ops.grid_grad.default, x, g, *opts), batch, dtype)
+    backends.ensure_eager(_MODULE, x.device)
+    return restore_batch(call(_ops.grid_grad.default, x, g, *opts), batch, dtype)
 
 
 pull, push, count = grid_pull, grid_push, grid_count
 
-@document
+@docfill
 def resample_backward(op, grad, input, grid, interpolation="linear", bound="zero",
                       extrapolate=False, input_grad=True, grid_grad=True):
     """The gradients of grid_pull, grid_push or grid_grad, computed by the fused backward
@@ -519,11 +499,11 @@ def resample_backward(op, grad, input, grid, interpolation="linear", bound="zero
     grid : tensor [N, *out, D]
         The forward's grid, same batch size N.
     interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        <interpolation>
+        %(interpolation)s
     bound : str or BoundType, or a list of them, default 'zero'
-        <bound>
+        %(bound)s
     extrapolate : bool, default False
-        <extrapolate>
+        %(extrapolate)s
     input_grad, grid_grad : bool, default True
         Which gradients to compute.
 
@@ -550,11 +530,11 @@ def resample_backward(op, grad, input, grid, interpolation="linear", bound="zero
     if input.dim() != dim + 2 or grid.dim() != dim + 2 or input.shape[0] != grid.shape[0]:
         raise ValueError(f"input {tuple(input.shape)} and grid {tuple(grid.shape)}: expected "
                          f"[N, C, *spatial] and [N, *spatial, D] with the same N")
-    opts = _options(dim, interpolation, bound, extrapolate)
+    opts = resampling_options(dim, interpolation, bound, extrapolate)
     dtype, gdtype = input.dtype, grid.dtype
-    if dtype in _HALF or gdtype in _HALF or grad.dtype in _HALF:
+    if dtype in HALF or gdtype in HALF or grad.dtype in HALF:
         input, grid, grad = input.float(), grid.float(), grad.float()
-    _ensure(input.device)
+    backends.ensure_eager(_MODULE, input.device)
     gi, gg = _grads(op, grad.to(input.dtype), input, grid, opts, bool(input_grad),
                     bool(grid_grad))
     return (None if gi is None else gi.to(dtype)), (None if gg is None else gg.to(gdtype))

@@ -11,15 +11,14 @@ import math
 
 import torch
 
-from .. import backend
-from ..codes import DCT1, DCT2, DFT, DST1, DST2, REPLICATE, ZERO
+from .. import backends
+from ..codes import BOUND_NAMES, DCT1, DCT2, DFT, DST1, DST2, REPLICATE, ZERO
 from ..torch_impl import regsolve as _twin
-from . import library  # noqa: F401  (defines the schemas)
-from .options import BOUND_NAMES, bound_codes, check_tensor, per_dim, positive_floats
+from .common import HALF
+from .options import bound_codes, check_tensor, per_dim, positive_floats
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "regsolve"
-_HALF = (torch.float16, torch.bfloat16)
 
 # 1-D stencils {offset: coefficient}: membrane (-second difference), bending (fourth
 # difference), central first difference.
@@ -31,18 +30,14 @@ _DUAL = {DCT2: DST2, DST2: DCT2, DST1: DST1, DFT: DFT, ZERO: ZERO}
 _REFUSED = (REPLICATE, DCT1)
 
 
-def _ensure(device):
-    backend.ensure_eager(_MODULE, device)
-
-
 # ----------------------------------------------------------------------------- fake kernels
 def _fake_matvec(x, hessian, weights, taps):
-    backend.ensure(_MODULE, x.device)
+    backends.ensure(_MODULE, x.device)
     return x.new_empty(x.shape)
 
 
 def _fake_relax(x, hessian, gradient, weights, taps, period, nb_iter):
-    backend.ensure(_MODULE, x.device)
+    backends.ensure(_MODULE, x.device)
 
 
 torch.library.register_fake("nitorch_jit::reg_matvec", _fake_matvec)
@@ -254,7 +249,7 @@ class Problem:
         self.shape = list(x.shape[-dim:])
         self.channels = x.shape[-dim - 1]
         self.dtype = x.dtype
-        if x.dtype in _HALF:
+        if x.dtype in HALF:
             x = x.float()
         self.batch = list(x.shape[:-dim - 1])
         self.hessian = self.weights = None
@@ -337,7 +332,7 @@ class Problem:
         if t.dtype != self.dtype:
             raise TypeError(f"{name}: dtype {t.dtype} does not match {self.xname}'s "
                             f"{self.dtype}")
-        return t.float() if t.dtype in _HALF else t
+        return t.float() if t.dtype in HALF else t
 
     def _flat(self, t):
         """[B, K, *S], contiguous: the kernels would otherwise copy it on every call."""
@@ -361,7 +356,7 @@ class Problem:
 # ----------------------------------------------------------------------------- public API
 def _apply(p):
     p.check_device(("hessian", p.hessian), ("weights", p.weights))
-    _ensure(p.x.device)
+    backends.ensure_eager(_MODULE, p.x.device)
     return p.restore(_ops.reg_matvec(p.x, p.hessian, p.weights, p.taps))
 
 

@@ -25,26 +25,22 @@ import math
 
 import torch
 
-from .. import backend
-from . import library  # noqa: F401  (defines the schemas)
-from .options import (bound_codes, check_tensor, document, order_codes, per_dim,
+from .. import backends
+from .common import HALF
+from .docfill import docfill
+from .options import (bound_codes, check_tensor, order_codes, per_dim,
                       positive_floats)
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "resize"
-_HALF = (torch.float16, torch.bfloat16)
 _ANCHORS = {"c": "c", "center": "c", "centers": "c", "centre": "c", "centres": "c",
             "e": "e", "edge": "e", "edges": "e",
             "f": "f", "first": "f",
             "l": "l", "last": "l"}
 
-def _ensure(device):
-    backend.ensure_eager(_MODULE, device)
-
-
 # ----------------------------------------------------------------------------- fake kernels
 def _fake(input, shape, scale, shift, order, bound, prefilter):
-    backend.ensure(_MODULE, input.device)
+    backends.ensure(_MODULE, input.device)
     return input.new_empty(list(input.shape[:input.dim() - len(shape)]) + list(shape))
 
 
@@ -177,15 +173,49 @@ def _out_shape(nin, factor, shape, enlarge):
 
 def _run(op, image, shape, scale, shift, order, bound, prefilter):
     dtype = image.dtype
-    x = image.float() if dtype in _HALF else image
-    _ensure(x.device)
+    x = image.float() if dtype in HALF else image
+    backends.ensure_eager(_MODULE, x.device)
     out = op(x, list(shape), [float(s) for s in scale], [float(s) for s in shift],
              list(order), list(bound), bool(prefilter))
     return out.to(dtype)
 
 
+def resize_codes(input, shape, scale, shift, order, bound, prefilter, adjoint=False):
+    """Resize the last len(shape) dims of `input` along the map ``x = scale * o + shift``.
+
+    The code-level entry of the family, for the front ends: every option is already per dim
+    and parsed (orders 0..7, bound codes of nitorch_jit.codes). Output index ``o`` of dim
+    ``d`` samples the (prefiltered) input at ``scale[d] * o + shift[d]``; ``adjoint=True``
+    applies the transpose (input: the forward's output, `shape`: the forward's input shape).
+
+    Parameters
+    ----------
+    input : tensor [..., *spatial]
+    shape : list[int]
+    scale, shift : list[float]
+    order, bound : list[int]
+    prefilter : bool
+        Apply the spline prefilter (fused; orders >= 2).
+    adjoint : bool, default False
+
+    Returns
+    -------
+    tensor [..., *shape], differentiable.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit.ops.resize import resize_codes
+    >>> x = torch.arange(4.).reshape(1, 4)
+    >>> resize_codes(x, [2], [2.0], [0.5], [1], [3], False)  # linear, dct2: the mean of pairs
+    tensor([[0.5000, 2.5000]])
+    """
+    return _run(_ops.resize_adjoint if adjoint else _ops.resize, input, shape, scale, shift,
+                order, bound, prefilter)
+
+
 # ----------------------------------------------------------------------------- public API
-@document
+@docfill
 def resize(image, factor=None, shape=None, anchor="c", interpolation=1, prefilter=True,
            bound="dct2"):
     """Resize the spatial dims of an image by a factor or to a shape (spline interpolation).
@@ -205,11 +235,11 @@ def resize(image, factor=None, shape=None, anchor="c", interpolation=1, prefilte
         as ``scipy.ndimage.zoom(grid_mode=True)`` and ``align_corners=False``), the first
         voxel ('f') or the last one ('l'); the module docstring gives the formulas.
     interpolation : int, str or InterpolationType, or a list of them, default 1
-        <interpolation>
+        %(interpolation)s
     prefilter : bool, default True
         Apply the spline prefilter first, so that orders >= 2 interpolate the input.
     bound : str or BoundType, or a list of them, default 'dct2'
-        <bound>
+        %(bound)s
 
     Returns
     -------
@@ -244,7 +274,7 @@ def resize(image, factor=None, shape=None, anchor="c", interpolation=1, prefilte
                 order, bounds, prefilter)
 
 
-@document
+@docfill
 def restrict(image, factor=None, shape=None, anchor="c", interpolation=1, reduce_sum=False,
              bound="dct2"):
     """Restrict an image to a coarser grid: the adjoint of resize.
@@ -268,11 +298,11 @@ def restrict(image, factor=None, shape=None, anchor="c", interpolation=1, reduce
     anchor : {'c', 'e', 'f', 'l'} or list of them, default 'c'
         As in resize.
     interpolation : int, str or InterpolationType, or a list of them, default 1
-        <interpolation>
+        %(interpolation)s
     reduce_sum : bool, default False
         Return the plain transpose (a sum) instead of the normalised one (a mean).
     bound : str or BoundType, or a list of them, default 'dct2'
-        <bound>
+        %(bound)s
 
     Returns
     -------
@@ -308,7 +338,7 @@ def restrict(image, factor=None, shape=None, anchor="c", interpolation=1, reduce
     return out
 
 
-@document
+@docfill
 def prolong(image, factor=2, shape=None, bound="dct2"):
     """Multigrid prolongation: quadratic B-spline, edge-aligned, no prefilter (smoothing).
 
@@ -323,7 +353,7 @@ def prolong(image, factor=2, shape=None, bound="dct2"):
     shape : int or list[int], optional
         Output spatial shape (default ``floor(n * factor)``).
     bound : str or BoundType, or a list of them, default 'dct2'
-        <bound>
+        %(bound)s
 
     Returns
     -------

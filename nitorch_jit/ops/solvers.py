@@ -10,10 +10,11 @@ import math
 
 import torch
 
-from ..codes import BoundType
+from .. import backends
+from ..codes import BOUND_NAMES, BoundType
 from ..torch_impl import regsolve as _twin
 from . import regularisers as _reg
-from .options import BOUND_NAMES
+from .docfill import docfill, register as docfill_register
 from .resize import prolong as _prolong, restrict as _restrict
 
 _ops = torch.ops.nitorch_jit
@@ -275,7 +276,7 @@ def _check_optim(optim):
 def _solve(p, gradient, method, **opts):
     """Run `method` on the normalised problem `p` (gradient in p.x) with implicit autograd."""
     p.check_device(("hessian", p.hessian), ("weights", p.weights))
-    _reg._ensure(p.x.device)
+    backends.ensure_eager("regsolve", p.x.device)
     g = p.x.contiguous()
     absolute_only = not p.spatial or method == "closedform"
     taps = p.make_taps(p.voxel_size, absolute_only=absolute_only)
@@ -310,54 +311,98 @@ def _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame,
 
 
 # ----------------------------------------------------------------------------- public API
-_PARAMS_FIELD = """hessian : tensor [*batch, K, *spatial] or None
-        Voxel-wise Hessian H, K = 1, C or C(C+1)/2 (diagonal, then upper triangle).
-    gradient : tensor [*batch, C, *spatial]
-        Right-hand side g.
-    weights : tensor [*batch, 1|C, *spatial], optional
-        Voxel weights of the regulariser (absolute and membrane only).
-    dim : int, optional
-        Number of spatial dims (default ``min(gradient.dim() - 1, 3)``).
-    absolute, membrane, bending : float or list[float], >= 0
-    factor : float or list[float]
-    voxel_size : float or list[float]
-    bound : str or BoundType, or a list of them, default 'dct2' (dct1 and replicate are
-        refused)"""
-
-_PARAMS_GRID = """hessian : tensor [*batch, *spatial, K] or None
-        Voxel-wise Hessian, K = 1, D or D(D+1)/2.
-    gradient : tensor [*batch, *spatial, D]
-        Right-hand side, in voxels.
-    absolute, membrane, bending : float, >= 0
-    lame : float or (float, float)
-        Linear elasticity (shear, div).
-    factor : float
-    voxel_size : float or list[float]
-    bound : str or BoundType, or a list of them, default 'dft'
-    weights : tensor [*batch, *spatial], optional
-        Voxel weights (absolute and membrane only)."""
+# the parameters the solvers' docstrings share (ops/docfill.py places them)
+docfill_register(
+    field_problem="hessian : tensor [*batch, K, *spatial] or None\n    Voxel-wise Hessian H, K = 1, C or C(C+1)/2 (diagonal, then upper triangle).\ngradient : tensor [*batch, C, *spatial]\n    Right-hand side g.\nweights : tensor [*batch, 1|C, *spatial], optional\n    Voxel weights of the regulariser (absolute and membrane only).\ndim : int, optional\n    Number of spatial dims (default ``min(gradient.dim() - 1, 3)``).\nabsolute, membrane, bending : float or list[float], >= 0\nfactor : float or list[float]\nvoxel_size : float or list[float]\nbound : str or BoundType, or a list of them, default 'dct2' (dct1 and replicate are\n    refused)",
+    grid_problem="hessian : tensor [*batch, *spatial, K] or None\n    Voxel-wise Hessian, K = 1, D or D(D+1)/2.\ngradient : tensor [*batch, *spatial, D]\n    Right-hand side, in voxels.\nabsolute, membrane, bending : float, >= 0\nlame : float or (float, float)\n    Linear elasticity (shear, div).\nfactor : float\nvoxel_size : float or list[float]\nbound : str or BoundType, or a list of them, default 'dft'\nweights : tensor [*batch, *spatial], optional\n    Voxel weights (absolute and membrane only).",
+    cg_options="optim : {'cg', 'relax'}\n    Preconditioned conjugate gradients or coloured Gauss–Seidel.\nmax_iter : int >= 1\ntolerance : float, stop when ||g - (H+L)x|| <= tolerance * ||g||; the best iterate is\n    returned if it is not reached.",
+    fmg_options="optim : {'cg', 'relax'}\n    Smoother of the V-cycles.\nnb_cycles : int >= 1, V-cycles per level\nnb_iter : int >= 1, smoothing iterations before and after each coarse correction\nmax_levels : int >= 1, default 16\n    Most levels of the pyramid, the finest included (coarsening also stops once every\n    dim is 4 or less); with 1, the coarse solver (CG to 1e-10, or a direct solve on\n    small grids) runs at full resolution.",
+    solver_returns='tensor, the solution x, shaped like `gradient`. Differentiable with respect to\n`gradient`, `hessian` and `weights` (implicit differentiation: one more solve).')
 
 
+@docfill
 def solve_field(hessian, gradient, weights=None, dim=None, absolute=0, membrane=0, bending=0,
                 factor=1, voxel_size=1, bound="dct2", optim="cg", max_iter=16, tolerance=1e-5):
+    """Solve (H + L) x = g for a field, by PCG or relaxation.
+
+    Parameters
+    ----------
+    %(field_problem)s
+    %(cg_options)s
+
+    Returns
+    -------
+    %(solver_returns)s
+
+    Examples
+    --------
+    >>> import torch, nitorch_jit
+    >>> g = torch.randn(2, 32, 32, 32, dtype=torch.float64)
+    >>> h = torch.rand(1, 32, 32, 32, dtype=torch.float64)
+    >>> x = nitorch_jit.solve_field(h, g, membrane=1e-1, bending=1e-2)
+    >>> x.shape
+    torch.Size([2, 32, 32, 32])
+    """
     p = _field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
                        voxel_size, bound)
     return _solve(p, gradient, _check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
                   tolerance=_check_tol(tolerance))
 
 
+@docfill
 def solve_grid(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0, factor=1,
                voxel_size=1, bound="dft", weights=None, optim="cg", max_iter=16,
                tolerance=1e-5):
+    """Solve (H + L) x = g for a displacement grid, by PCG or relaxation.
+
+    Parameters
+    ----------
+    %(grid_problem)s
+    %(cg_options)s
+
+    Returns
+    -------
+    %(solver_returns)s
+
+    Examples
+    --------
+    >>> import torch, nitorch_jit
+    >>> g = torch.randn(1, 32, 32, 32, 3)
+    >>> h = torch.rand(1, 32, 32, 32, 6) * torch.tensor([1, 1, 1, 0, 0, 0.])
+    >>> x = nitorch_jit.solve_grid(h, g, membrane=1e-3, bending=0.1, lame=(0.05, 0.2))
+    >>> x.shape
+    torch.Size([1, 32, 32, 32, 3])
+    """
     p = _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
                       voxel_size, bound)
     return _solve(p, gradient, _check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
                   tolerance=_check_tol(tolerance))
 
 
+@docfill
 def solve_field_fmg(hessian, gradient, weights=None, dim=None, absolute=0, membrane=0,
                     bending=0, factor=1, voxel_size=1, bound="dct2", optim="cg", nb_cycles=2,
                     nb_iter=2, max_levels=16):
+    """Solve (H + L) x = g for a field by full multigrid.
+
+    Parameters
+    ----------
+    %(field_problem)s
+    %(fmg_options)s
+
+    Returns
+    -------
+    %(solver_returns)s
+
+    Examples
+    --------
+    >>> import torch, nitorch_jit
+    >>> g = torch.randn(2, 32, 32, 32, dtype=torch.float64)
+    >>> h = torch.rand(1, 32, 32, 32, dtype=torch.float64)
+    >>> x = nitorch_jit.solve_field_fmg(h, g, membrane=1e-1, bending=1e-2)
+    >>> x.shape
+    torch.Size([2, 32, 32, 32])
+    """
     p = _field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
                        voxel_size, bound)
     return _solve(p, gradient, "fmg", optim=_check_optim(optim),
@@ -366,9 +411,30 @@ def solve_field_fmg(hessian, gradient, weights=None, dim=None, absolute=0, membr
                   max_levels=_check_int(max_levels, "max_levels", 1))
 
 
+@docfill
 def solve_grid_fmg(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0, factor=1,
                    voxel_size=1, bound="dft", weights=None, optim="cg", nb_cycles=2, nb_iter=2,
                    max_levels=16):
+    """Solve (H + L) x = g for a displacement grid by full multigrid.
+
+    Parameters
+    ----------
+    %(grid_problem)s
+    %(fmg_options)s
+
+    Returns
+    -------
+    %(solver_returns)s
+
+    Examples
+    --------
+    >>> import torch, nitorch_jit
+    >>> g = torch.randn(1, 32, 32, 32, 3)
+    >>> h = torch.rand(1, 32, 32, 32, 6) * torch.tensor([1, 1, 1, 0, 0, 0.])
+    >>> x = nitorch_jit.solve_grid_fmg(h, g, membrane=1e-3, bending=0.1, lame=(0.05, 0.2))
+    >>> x.shape
+    torch.Size([1, 32, 32, 32, 3])
+    """
     p = _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
                       voxel_size, bound)
     return _solve(p, gradient, "fmg", optim=_check_optim(optim),
@@ -377,12 +443,58 @@ def solve_grid_fmg(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0,
                   max_levels=_check_int(max_levels, "max_levels", 1))
 
 
+@docfill
 def solve_field_closedform(hessian, gradient, weights=None, dim=None, absolute=0, factor=1):
+    """Voxel-wise solve of (H + absolute * factor * weights) x = g for a field.
+
+    Parameters
+    ----------
+    hessian : tensor [*batch, K, *spatial] or None
+    gradient : tensor [*batch, C, *spatial]
+    weights : tensor [*batch, 1|C, *spatial], optional
+    dim : int, optional
+    absolute, factor : float or list[float]
+
+    Returns
+    -------
+    %(solver_returns)s
+
+    Examples
+    --------
+    >>> import torch, nitorch_jit
+    >>> g, h = torch.randn(3, 8, 8), torch.rand(3, 8, 8) + 1
+    >>> x = nitorch_jit.solve_field_closedform(h, g, absolute=1, dim=2)
+    >>> bool(torch.allclose(x, g / (h + 1)))
+    True
+    """
     p = _field_problem(hessian, gradient, weights, dim, absolute, 0, 0, factor, 1, "dct2")
     return _solve(p, gradient, "closedform")
 
 
+@docfill
 def solve_grid_closedform(hessian, gradient, weights=None, absolute=0, voxel_size=1, factor=1):
+    """Voxel-wise solve of (H + absolute * factor * weights * vs_d^2) x = g for a grid.
+
+    Parameters
+    ----------
+    hessian : tensor [*batch, *spatial, K] or None
+    gradient : tensor [*batch, *spatial, D]
+    weights : tensor [*batch, *spatial], optional
+    absolute, factor : float
+    voxel_size : float or list[float]
+
+    Returns
+    -------
+    %(solver_returns)s
+
+    Examples
+    --------
+    >>> import torch, nitorch_jit
+    >>> g, h = torch.randn(8, 8, 2), torch.rand(8, 8, 2) + 1
+    >>> x = nitorch_jit.solve_grid_closedform(h, g, absolute=1)
+    >>> bool(torch.allclose(x, g / (h + 1)))
+    True
+    """
     p = _grid_problem(hessian, gradient, weights, absolute, 0, 0, 0, factor, voxel_size, "dft")
     return _solve(p, gradient, "closedform")
 
@@ -393,86 +505,6 @@ def _check_tol(tolerance):
         raise ValueError(f"tolerance: expected a number >= 0, got {tolerance!r}")
     return float(tolerance)
 
-
-def _doc(summary, params, extra, example):
-    return f"""{summary}
-
-    Parameters
-    ----------
-    {params}
-{extra}
-    Returns
-    -------
-    tensor, the solution x, shaped like `gradient`. Differentiable with respect to
-    `gradient`, `hessian` and `weights` (implicit differentiation: one more solve).
-
-    Examples
-    --------
-{example}
-    """
-
-
-_CG = """    optim : {'cg', 'relax'}
-        Preconditioned conjugate gradients or coloured Gauss–Seidel.
-    max_iter : int >= 1
-    tolerance : float, stop when ||g - (H+L)x|| <= tolerance * ||g||; the best iterate is
-        returned if it is not reached.
-"""
-_FMG = """    optim : {'cg', 'relax'}
-        Smoother of the V-cycles.
-    nb_cycles : int >= 1, V-cycles per level
-    nb_iter : int >= 1, smoothing iterations before and after each coarse correction
-    max_levels : int >= 1, default 16
-        Most levels of the pyramid, the finest included (coarsening also stops once every
-        dim is 4 or less); with 1, the coarse solver (CG to 1e-10, or a direct solve on
-        small grids) runs at full resolution.
-"""
-_EX_FIELD = """    >>> import torch, nitorch_jit
-    >>> g = torch.randn(2, 32, 32, 32, dtype=torch.float64)
-    >>> h = torch.rand(1, 32, 32, 32, dtype=torch.float64)
-    >>> x = nitorch_jit.{name}(h, g, membrane=1e-1, bending=1e-2{more})
-    >>> x.shape
-    torch.Size([2, 32, 32, 32])"""
-_EX_GRID = """    >>> import torch, nitorch_jit
-    >>> g = torch.randn(1, 32, 32, 32, 3)
-    >>> h = torch.rand(1, 32, 32, 32, 6) * torch.tensor([1, 1, 1, 0, 0, 0.])
-    >>> x = nitorch_jit.{name}(h, g, membrane=1e-3, bending=0.1, lame=(0.05, 0.2){more})
-    >>> x.shape
-    torch.Size([1, 32, 32, 32, 3])"""
-
-solve_field.__doc__ = _doc("Solve (H + L) x = g for a field, by PCG or relaxation.",
-                           _PARAMS_FIELD, _CG, _EX_FIELD.format(name="solve_field", more=""))
-solve_grid.__doc__ = _doc("Solve (H + L) x = g for a displacement grid, by PCG or relaxation.",
-                          _PARAMS_GRID, _CG, _EX_GRID.format(name="solve_grid", more=""))
-solve_field_fmg.__doc__ = _doc("Solve (H + L) x = g for a field by full multigrid.",
-                               _PARAMS_FIELD, _FMG,
-                               _EX_FIELD.format(name="solve_field_fmg", more=""))
-solve_grid_fmg.__doc__ = _doc("Solve (H + L) x = g for a displacement grid by full multigrid.",
-                              _PARAMS_GRID, _FMG, _EX_GRID.format(name="solve_grid_fmg", more=""))
-solve_field_closedform.__doc__ = _doc(
-    "Voxel-wise solve of (H + absolute * factor * weights) x = g for a field.",
-    """hessian : tensor [*batch, K, *spatial] or None
-    gradient : tensor [*batch, C, *spatial]
-    weights : tensor [*batch, 1|C, *spatial], optional
-    dim : int, optional
-    absolute, factor : float or list[float]""", "",
-    """    >>> import torch, nitorch_jit
-    >>> g, h = torch.randn(3, 8, 8), torch.rand(3, 8, 8) + 1
-    >>> x = nitorch_jit.solve_field_closedform(h, g, absolute=1, dim=2)
-    >>> bool(torch.allclose(x, g / (h + 1)))
-    True""")
-solve_grid_closedform.__doc__ = _doc(
-    "Voxel-wise solve of (H + absolute * factor * weights * vs_d^2) x = g for a grid.",
-    """hessian : tensor [*batch, *spatial, K] or None
-    gradient : tensor [*batch, *spatial, D]
-    weights : tensor [*batch, *spatial], optional
-    absolute, factor : float
-    voxel_size : float or list[float]""", "",
-    """    >>> import torch, nitorch_jit
-    >>> g, h = torch.randn(8, 8, 2), torch.rand(8, 8, 2) + 1
-    >>> x = nitorch_jit.solve_grid_closedform(h, g, absolute=1)
-    >>> bool(torch.allclose(x, g / (h + 1)))
-    True""")
 
 __all__ = ["solve_field", "solve_field_closedform", "solve_field_fmg", "solve_grid",
            "solve_grid_closedform", "solve_grid_fmg", "BOUND_NAMES"]

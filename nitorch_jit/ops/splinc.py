@@ -4,33 +4,31 @@ Pulling the coefficients with the same order and bound at integer coordinates gi
 input. The filter is the exact recursive one (Unser 1993; Thevenaz, Blu & Unser 2000) for
 orders 0-7 and the bounds dct1 (mirror), dct2 (reflect), dst1, dst2 and dft (wrap); zero is
 filtered as dct1 and replicate as dct2 (as in NITorch). The kernels behind
-``torch.ops.nitorch_jit.spline_coeff_nd(_)`` are chosen by nitorch_jit.backend; autograd (the
+``torch.ops.nitorch_jit.spline_coeff_nd(_)`` are chosen by nitorch_jit.backends; autograd (the
 adjoint filter) and fake kernels are registered here.
 """
 import torch
 
-from .. import backend
-from . import library  # noqa: F401  (defines the schemas)
-from .options import bound_codes, check_tensor, document, order_codes
+from .. import backends
+from .common import HALF
+from .docfill import docfill
+from .options import bound_codes, check_tensor, order_codes
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "splinc"
-_HALF = (torch.float16, torch.bfloat16)
-
-def _ensure(device):
-    backend.ensure_eager(_MODULE, device)
-
 
 # ----------------------------------------------------------------------------- fake kernels
-@torch.library.register_fake("nitorch_jit::spline_coeff_nd")
 def _fake(input, order, bound, dim, adjoint):
-    backend.ensure(_MODULE, input.device)  # load the real kernels while tracing
+    backends.ensure(_MODULE, input.device)  # load the real kernels while tracing
     return input.new_empty(input.shape)
 
 
-@torch.library.register_fake("nitorch_jit::spline_coeff_nd_")
 def _fake_(input, order, bound, dim, adjoint):
-    backend.ensure(_MODULE, input.device)
+    backends.ensure(_MODULE, input.device)
+
+
+torch.library.register_fake("nitorch_jit::spline_coeff_nd", _fake)
+torch.library.register_fake("nitorch_jit::spline_coeff_nd_", _fake_)
 
 
 # ----------------------------------------------------------------------------- autograd
@@ -47,27 +45,56 @@ torch.library.register_autograd("nitorch_jit::spline_coeff_nd", _backward, setup
 
 
 # ----------------------------------------------------------------------------- internal entry
-def prefilter(input, order, bound, adjoint=False):
-    """Spline coefficients of `input` [..., *spatial] along its last len(order) dims.
+def prefilter(input, order, bound, adjoint=False, dims=None):
+    """Spline coefficients of `input` along `dims` (default: its last len(order) dims).
 
-    `order` and `bound` are lists of kernel codes (already parsed, one per spatial dim), as
-    grid_pull / grid_grad (before sampling) and grid_push (after splatting, with
-    adjoint=True) hold them. Returns a new tensor (``input`` itself when every order is 0
-    or 1); differentiable.
+    The code-level entry of the family, for the front ends: `order` and `bound` are lists
+    of kernel codes (already parsed, one per filtered dim), as grid_pull / grid_grad
+    (before sampling) and grid_push (after splatting, with adjoint=True) hold them.
+
+    Parameters
+    ----------
+    input : tensor
+        Floating point (half precision is filtered in float32).
+    order : list[int]
+        Spline orders 0..7, one per filtered dim.
+    bound : list[int]
+        Bound codes of nitorch_jit.codes, one per filtered dim.
+    adjoint : bool, default False
+        Apply the transposed filter.
+    dims : list[int], optional
+        The dims to filter, one per order (default the last len(order)).
+
+    Returns
+    -------
+    tensor
+        A new tensor (``input`` itself when every order is 0 or 1); differentiable.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit.codes import bound_code
+    >>> from nitorch_jit.ops.splinc import prefilter
+    >>> x = torch.tensor([[0., 1., 0., 0.]], dtype=torch.float64)
+    >>> c = prefilter(x, [3], [bound_code("dct2")])
+    >>> from nitorch_jit.ops.pushpull import pull_codes  # the cubic spline of c interpolates x
+    >>> at = torch.arange(4, dtype=torch.float64).reshape(1, 4, 1)
+    >>> torch.allclose(pull_codes(c[None], at, [3], [bound_code("dct2")], False)[0], x)
+    True
     """
     if all(o < 2 for o in order):  # orders 0 and 1 interpolate already: no copy
         return input
-    ndim = len(order)
-    dims = list(range(input.dim() - ndim, input.dim()))
-    return _run(input, list(order), list(bound), dims, adjoint, inplace=False)
+    if dims is None:
+        dims = list(range(input.dim() - len(order), input.dim()))
+    return _run(input, list(order), list(bound), list(dims), adjoint, inplace=False)
 
 
 def _run(input, order, bound, dims, adjoint, inplace):
     if all(o < 2 for o in order):  # orders 0 and 1 interpolate already
         return input if inplace else input.clone()
     dtype = input.dtype
-    x = input.float() if dtype in _HALF else input
-    _ensure(x.device)
+    x = input.float() if dtype in HALF else input
+    backends.ensure_eager(_MODULE, x.device)
     grad = torch.is_grad_enabled() and x.requires_grad
     if inplace and not grad and x is input and all(
             s < 2 or st != 0 for s, st in zip(x.shape, x.stride())):
@@ -93,7 +120,7 @@ def _check_inplace(inplace):
 
 
 # ----------------------------------------------------------------------------- public API
-@document
+@docfill
 def spline_coeff(input, interpolation="linear", bound="dct2", dim=-1, inplace=False):
     """Interpolating B-spline coefficients of a tensor along one dimension.
 
@@ -106,9 +133,9 @@ def spline_coeff(input, interpolation="linear", bound="dct2", dim=-1, inplace=Fa
     input : tensor
         float32, float64, or float16 / bfloat16 (computed in float32).
     interpolation : int, str or InterpolationType, default 'linear'
-        <interpolation>
+        %(interpolation)s
     bound : str or BoundType, default 'dct2'
-        <bound>
+        %(bound)s
     dim : int, default -1
         The dimension to filter (negative counts from the end).
     inplace : bool, default False
@@ -139,7 +166,7 @@ def spline_coeff(input, interpolation="linear", bound="dct2", dim=-1, inplace=Fa
     return _run(input, order, bounds, [dim], False, inplace)
 
 
-@document
+@docfill
 def spline_coeff_nd(input, interpolation="linear", bound="dct2", dim=None, inplace=False):
     """Interpolating B-spline coefficients of a tensor along its last `dim` dimensions.
 
@@ -150,9 +177,9 @@ def spline_coeff_nd(input, interpolation="linear", bound="dct2", dim=None, inpla
     input : tensor [..., *spatial]
         float32, float64, or float16 / bfloat16 (computed in float32).
     interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        <interpolation>
+        %(interpolation)s
     bound : str or BoundType, or a list of them, default 'dct2'
-        <bound>
+        %(bound)s
     dim : int, optional
         Number of spatial dims, the last ones (default: all dims of `input`).
     inplace : bool, default False

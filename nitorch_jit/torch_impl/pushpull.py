@@ -1,6 +1,6 @@
 """Pure-PyTorch spline push/pull: the TORCH backend of the ``pushpull`` ops.
 
-The contract is docs/pushpull-spec.md; signatures follow nitorch_jit/ops/library.py.
+The contract is docs/pushpull-spec.md; signatures follow nitorch_jit/backends/schemas.py.
 
 Formulation: for each spatial dim, the tap indices (folded by the bound, times the dim's
 stride in the flattened volume) and the tap weights and derivatives (with the bound's sign

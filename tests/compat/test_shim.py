@@ -57,9 +57,9 @@ def test_nothing_is_imported_until_asked(tmp_path):
     res = run_py("""
         import sys, nitorch_jit.compat as c
         c.install()
-        from nitorch_jit import backend
+        from nitorch_jit import backends
         print('nitorch_jit.compat.monai' in sys.modules, 'nitorch_jit.compat.nitorch' in sys.modules,
-              backend.status())
+              backends.status())
     """, tmp_path)
     assert res.stdout.split() == ["False", "False", "{}"], res.stderr
 

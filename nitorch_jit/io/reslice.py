@@ -1,15 +1,12 @@
 """reslice: resample NIfTI / MGH images onto a target grid through affine transforms and a
 displacement field, with nitorch_jit's kernels. nibabel (the ``io`` extra) reads and writes.
 
-The module is ``_reslice`` so that ``nitorch_jit.reslice`` stays the function: a submodule of
-that name would replace it as an attribute of the package once imported.
-
 Geometry. A point of the target (RAS mm, ``x = A_t v``) is first displaced by the
 displacement field, if any (``x + u(x)``, ITK/ANTs convention: the field maps target points to
 moving points), then taken to the moving image by the inverse of the composed affine
 transforms, then to moving voxels: ``v_m = A_m^-1 P (A_t v + u(A_t v))`` with
 ``P = (T_n ... T_1)^-1`` where each ``T_k`` maps moving RAS to target RAS (see
-nitorch_jit.transforms). The image is interpolated once.
+nitorch_jit.io.transforms). The image is interpolated once.
 
 Kernels. Without a displacement field the affine map goes to ``affine_pull`` (no grid in
 memory); with one, a grid is built and pulled in chunks along the slowest output axis.
@@ -25,7 +22,10 @@ import time
 import numpy as np
 import torch
 
-from .ops.options import BOUND_NAMES, bound_codes, order_codes
+from ..ops.affine import affine_pull_codes
+from ..ops.options import bound_codes, order_codes
+from ..ops.pushpull import pull_codes
+from ..ops.splinc import prefilter
 from .transforms import TransformError, check_invertible, read_transform
 
 __all__ = ["reslice", "ResliceError"]
@@ -52,28 +52,24 @@ def _nibabel():
 
 
 # ----------------------------------------------------------------------------- the core
-def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
-              extrapolate=False, label=False):
+def _resample(data, vox2vox, shape, displacement, orders, bounds, extrapolate=False,
+              label=False):
     """Resample `data` [C, *in] (3 spatial dims) onto an output grid of `shape`.
 
     vox2vox : [4, 4] float64 array, output voxel index -> input voxel index (tensor order).
+    orders, bounds : kernel codes, one per dim (parsed by the caller).
     displacement : None or tensor [*shape, 3], added to the mapped coordinates (input voxels).
-    Without a displacement (and labels) this is affine_pull where the package has it.
+    Without a displacement (and labels) this is affine_pull.
     Orders >= 2 are interpolated (the spline prefilter runs once); label=True takes integer
     data through grid_pull's label path (masks weighted by B-splines, no prefilter, most
     likely label kept) and gives 0 outside the field of view. Returns [C, *shape].
     """
-    orders = order_codes(order, 3, "order")
-    bounds = bound_codes(bound, 3, "bound")  # kernel codes, for the prefilter
-    names = [BOUND_NAMES[b] for b in bounds]  # grid_pull takes names (codes are ambiguous)
-    from .ops.pushpull import grid_pull
-    from .ops.splinc import prefilter
     if label and all(o == 0 for o in orders):
         # nearest neighbour picks one label per point: pulling the values gives the same
         # labels as a mask per label, at the cost of one pull (exact in float32 below 2**24)
         big = bool(data.abs().max() >= 2 ** 24) if data.numel() else False
         values = _resample(data.to(torch.float64 if big else torch.float32), vox2vox, shape,
-                           displacement, orders, bound, extrapolate)
+                           displacement, orders, bounds, extrapolate)
         return values.round().to(data.dtype)
     if label:
         gdtype = torch.float32
@@ -83,11 +79,9 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
         coef = prefilter(data, orders, bounds)  # once for all chunks; no copy for orders < 2
     device = data.device
     mat = torch.as_tensor(vox2vox, dtype=torch.float64)
-    import nitorch_jit
-    affine_pull = getattr(nitorch_jit, "affine_pull", None)  # the grid-free kernel, if here
-    if affine_pull is not None and displacement is None and not label:
-        return affine_pull(coef[None], mat.to(device, gdtype), list(shape), orders, names,
-                           extrapolate)[0]
+    if displacement is None and not label:  # the grid-free kernel
+        return affine_pull_codes(coef[None], mat.to(device, gdtype), list(shape), orders,
+                                 bounds, extrapolate)[0]
     lin, off = mat[:3, :3], mat[:3, 3]
     n0, n1, n2 = (int(s) for s in shape)
     # the affine part of one output plane (all but the slowest axis's term), computed once
@@ -109,10 +103,10 @@ def _resample(data, vox2vox, shape, displacement=None, order=1, bound="dct2",
         torch.addcmul(plane, i0, step, out=grid.view(z1 - z0, -1))
         if displacement is not None:
             grid += displacement[z0:z1].to(gdtype)
-        part = grid_pull(coef[None], grid[None], orders, names, extrapolate)[0]
+        part = pull_codes(coef[None], grid[None], orders, bounds, extrapolate)[0]
         if label and not extrapolate:  # the label path keeps the first label where no mask reaches
-            inside = grid_pull(torch.ones((1, 1) + tuple(data.shape[1:]), dtype=gdtype,
-                                          device=device), grid[None], orders, names, False)[0]
+            inside = pull_codes(torch.ones((1, 1) + tuple(data.shape[1:]), dtype=gdtype,
+                                           device=device), grid[None], orders, bounds, False)[0]
             part.masked_fill_(inside == 0, 0)
         if rows >= n0:
             return part
@@ -349,7 +343,7 @@ def _displacement(nib, disp, target_geom, pull_ras, moving_affine, device, dtype
         # the field on its own grid: interpolate it (linearly, zero outside) at target voxels
         v2v = _REVERSE @ np.linalg.inv(_invertible(d_affine, f"displacement {name}: affine")) \
             @ target_geom[1] @ _REVERSE
-        u = _resample(u, v2v, target_geom[0][::-1], order=1, bound="replicate")
+        u = _resample(u, v2v, target_geom[0][::-1], None, [1] * 3, bound_codes("replicate", 3))
     return torch.einsum("cd,dzyx->zyxc", to_vox, u)
 
 
@@ -375,7 +369,7 @@ def reslice(moving, target, transforms=(), displacement=None, *, order=1, bound=
         Affine transforms, in the order they move the moving image towards the target: the
         first moves the moving image, the last lands on the target. Each is a file path
         (FreeSurfer LTA, ITK/ANTs text or ``.mat``, plain 4x4 text matrix; see
-        :func:`nitorch_jit.transforms.read_transform` for each format's direction), a 4x4
+        :func:`nitorch_jit.io.transforms.read_transform` for each format's direction), a 4x4
         array (RAS to RAS, moving to target) or a ``(path_or_array, inverse)`` pair where
         ``inverse=True`` applies the inverse. ITK/ANTs files go in the order
         ``antsApplyTransforms -t`` takes them.
@@ -470,7 +464,7 @@ class _Job:
         self.nib, self.img, self.target_img, self.target_geom = nib, img, target_img, target_geom
         try:
             self.order = order_codes(order, 3, "order")
-            self.bound = [BOUND_NAMES[b] for b in bound_codes(bound, 3, "bound")]
+            self.bound = bound_codes(bound, 3, "bound")
         except (TypeError, ValueError) as e:
             raise ResliceError(str(e)) from None
         if not isinstance(extrapolate, bool) or not isinstance(label, bool):

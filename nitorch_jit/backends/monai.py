@@ -40,10 +40,11 @@ import threading
 
 import torch
 
-from .backend import BackendError
-from .ops.library import MODULES
-from .ops.options import BOUND_NAMES
+from ..codes import BOUND_NAMES
+from .errors import BackendError, MonaiUnavailable
+from .schemas import MODULES
 
+NAME = "MONAI"
 SERVED = ("pushpull",)  # the modules of ours that MONAI's routines can serve
 
 MAX_CHANNELS = 1024  # MONAI_MAX_NUM_CHANNELS of its generic kernel
@@ -61,18 +62,6 @@ _LOCK = threading.Lock()
 _LIBS = {}  # (module, device type) -> Library("nitorch_jit", "IMPL") holding the wrappers
 
 
-class MonaiUnavailable(BackendError):
-    """MONAI, or its compiled routines, cannot be used in this environment.
-
-    ``str(err)`` says why and how to build them; ``err.short`` says why in a few words (for
-    the fallback warning of users who never asked for MONAI).
-    """
-
-    def __init__(self, message, short):
-        super().__init__(message)
-        self.short = short
-
-
 def load():
     """Import and return ``monai._C``; raise MonaiUnavailable saying why it cannot be used.
 
@@ -83,10 +72,10 @@ def load():
 
     Examples
     --------
-    >>> from nitorch_jit import monai_backend
+    >>> from nitorch_jit.backends import monai
     >>> try:
-    ...     C = monai_backend.load()
-    ... except monai_backend.MonaiUnavailable as err:
+    ...     C = monai.load()
+    ... except monai.MonaiUnavailable as err:
     ...     ok = "BUILD_MONAI=1" in str(err)  # the message says how to build it
     ... else:
     ...     ok = int(C.BoundType.zero) == 7
@@ -145,13 +134,13 @@ def to_monai(C, order, bound):
 
     Examples
     --------
-    >>> from nitorch_jit import monai_backend
+    >>> from nitorch_jit.backends import monai
     >>> try:
-    ...     C = monai_backend.load()
-    ... except monai_backend.MonaiUnavailable:
+    ...     C = monai.load()
+    ... except monai.MonaiUnavailable:
     ...     codes = [2, 7]  # what MONAI's enums say, when it is built
     ... else:
-    ...     bounds, orders = monai_backend.to_monai(C, [3, 1], [2, 6])
+    ...     bounds, orders = monai.to_monai(C, [3, 1], [2, 6])
     ...     codes = [int(b) for b in bounds]
     >>> codes  # our dct2 (2) and zero (6)
     [2, 7]
@@ -175,11 +164,11 @@ def check_options(op, channels, order):
 
     Examples
     --------
-    >>> from nitorch_jit import monai_backend
-    >>> monai_backend.check_options("grid_pull", 1, [3, 1, 1])
+    >>> from nitorch_jit.backends import monai
+    >>> monai.check_options("grid_pull", 1, [3, 1, 1])
     >>> try:
-    ...     monai_backend.check_options("grid_pull", 1, [3, 1, 3])
-    ... except monai_backend.BackendError as err:
+    ...     monai.check_options("grid_pull", 1, [3, 1, 3])
+    ... except monai.BackendError as err:
     ...     print("interpolation" in str(err))
     True
     """
@@ -286,10 +275,10 @@ def register(module, device_type):
 
     Examples
     --------
-    >>> from nitorch_jit import monai_backend
+    >>> from nitorch_jit.backends import monai
     >>> try:
-    ...     monai_backend.register("resize", "cpu")
-    ... except monai_backend.BackendError as err:
+    ...     monai.register("resize", "cpu")
+    ... except monai.BackendError as err:
     ...     print("no MONAI equivalent" in str(err))
     True
     """
@@ -327,10 +316,27 @@ def _probe_cuda(C):
                            f"(BUILD_MONAI=1 FORCE_CUDA=1)") from err
 
 
-def describe():
+def serves(module):
+    """Whether MONAI's compiled routines have an equivalent of `module` (its others keep ours).
+
+    Examples
+    --------
+    >>> from nitorch_jit.backends import monai
+    >>> monai.serves("pushpull"), monai.serves("resize")
+    (True, False)
+    """
+    return module in SERVED
+
+
+def describe(module="pushpull", device_type="cpu"):
     """Whether MONAI's compiled routines load here, and one line saying what was found.
 
     Used by ``nitorch-jit info``; imports MONAI but runs nothing.
+
+    Parameters
+    ----------
+    module : str, default 'pushpull'
+    device_type : str, default 'cpu'
 
     Returns
     -------
@@ -339,11 +345,13 @@ def describe():
 
     Examples
     --------
-    >>> from nitorch_jit import monai_backend
-    >>> available, line = monai_backend.describe()
+    >>> from nitorch_jit.backends import monai
+    >>> available, line = monai.describe()
     >>> ("BUILD_MONAI=1" in line) != available
     True
     """
+    if module not in SERVED:
+        return False, f"module {module!r} has no MONAI equivalent"
     try:
         C = load()
     except MonaiUnavailable as err:

@@ -78,7 +78,7 @@ def vox2ras_from_volume_info(shape, voxel_size, xras, yras, zras, cras):
 
     Examples
     --------
-    >>> from nitorch_jit.transforms import vox2ras_from_volume_info
+    >>> from nitorch_jit.io.transforms import vox2ras_from_volume_info
     >>> vox2ras_from_volume_info([4, 4, 4], [1, 1, 1], [-1, 0, 0], [0, 0, -1], [0, 1, 0],
     ...                          [0, 0, 0])[:3].tolist()
     [[-1.0, 0.0, 0.0, 2.0], [0.0, 0.0, 1.0, -2.0], [0.0, -1.0, 0.0, 2.0]]
@@ -312,7 +312,7 @@ def read_transform(path, moving=None, target=None):
     Examples
     --------
     >>> import os, tempfile
-    >>> from nitorch_jit.transforms import read_transform
+    >>> from nitorch_jit.io.transforms import read_transform
     >>> path = os.path.join(tempfile.mkdtemp(), "shift.txt")
     >>> with open(path, "w") as f:
     ...     _ = f.write("1 0 0 2\\n0 1 0 0\\n0 0 1 0\\n0 0 0 1\\n")

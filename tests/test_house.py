@@ -1,0 +1,114 @@
+"""The layout rules of docs/architecture.md, checked on the source: the package root holds
+only __init__, __main__, cli and codes; no module imports a private name of another of our
+modules; there are no import circles between our modules."""
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "nitorch_jit"
+ROOT_MODULES = {"__init__.py", "__main__.py", "cli.py", "codes.py"}
+
+
+def _modules():
+    """{dotted name: path} of every module of the package."""
+    found = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _resolve(name, level, here, is_package):
+    """The absolute module of a relative import written in module `here`."""
+    if level == 0:
+        return name
+    base = here.split(".")
+    base = base if is_package else base[:-1]
+    base = base[:len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+def _imports(modules):
+    """[(importer, imported module, imported name or None, line)] between our modules; an
+    ``alias._private`` attribute read counts as importing that private name."""
+    edges = []
+    for mod, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        is_package = path.name == "__init__.py"
+        aliases = {}  # local name -> our module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                src = _resolve(node.module or "", node.level, mod, is_package)
+                if not src.startswith("nitorch_jit"):
+                    continue
+                for a in node.names:
+                    sub = f"{src}.{a.name}"
+                    if sub in modules:  # `from . import module`
+                        edges.append((mod, sub, None, node.lineno))
+                        aliases[a.asname or a.name] = sub
+                    else:
+                        edges.append((mod, src, a.name, node.lineno))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("nitorch_jit") and a.name in modules:
+                        edges.append((mod, a.name, None, node.lineno))
+                        if a.asname:
+                            aliases[a.asname] = a.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in aliases:
+                edges.append((mod, aliases[node.value.id], node.attr, node.lineno))
+    return edges
+
+
+def _private(name):
+    return name is not None and name.startswith("_") and not name.startswith("__")
+
+
+def test_package_root_holds_only_the_entry_modules():
+    loose = sorted(p.name for p in PKG.glob("*.py") if p.name not in ROOT_MODULES)
+    assert loose == [], f"modules at the package root: {loose}; they belong in a folder"
+
+
+def test_every_package_ships_in_the_wheel():
+    """pyproject's package list is explicit: a new folder left out would be missing from the
+    wheel (and the source-tree tests would not notice)."""
+    import tomllib
+    listed = set(tomllib.loads((PKG.parent / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(PKG.parent).parts) for p in PKG.rglob("__init__.py")}
+    assert found - listed == set(), f"packages missing from pyproject.toml: {found - listed}"
+
+
+def test_no_module_imports_a_private_name_of_another():
+    bad = [f"{mod}:{line} uses {src}.{name}" for mod, src, name, line in _imports(_modules())
+           if _private(name) and src != mod]
+    assert bad == [], "\n".join(bad)
+
+
+def test_no_import_circles():
+    modules = _modules()
+    graph = {m: set() for m in modules}
+    for mod, src, name, _ in _imports(modules):
+        target = f"{src}.{name}" if name and f"{src}.{name}" in modules else src
+        # a module's own package __init__ runs first anyway: not an edge of a circle
+        if target in modules and target != mod and not mod.startswith(target + "."):
+            graph[mod].add(target)
+    circles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                circles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+    assert circles == [], "\n".join(circles)
