@@ -217,16 +217,63 @@ def _save(nib, img, path):
 _GZIP_BLOCK = 4 << 20  # bytes per gzip member
 
 
-def _write_gzip(raw, path):
-    """gzip at zlib level 1 (nibabel's default) on torch's threads: the file is a series of
-    gzip members, one per 4 MB block (valid gzip, read by gzip/zlib readers as one stream;
-    bgzip does the same). Compression dominates the command's time otherwise."""
+def gzip_compressor():
+    """The fastest installed deflate with zlib's interface: (name, compressobj factory).
+
+    ISA-L (``pip install isal``, the ``gzip`` extra) at its level 1 compresses 4.4 times
+    faster than zlib at level 1, to the same size (a 23 MB int16 volume: 166 vs 732 ms on
+    one core); zlib-ng (``pip install zlib-ng``) at level 2, 1.2 times (its level 1 is
+    faster but leaves noisy data nearly uncompressed). All write standard deflate streams,
+    read by any gzip. zlib, always there, is the fallback. ``NI_JIT_GZIP=zlib`` (or isal,
+    zlib-ng) picks one.
+
+    Returns
+    -------
+    (str, callable)
+        The library's name and ``make()`` giving a fresh compressor of gzip members.
+
+    Examples
+    --------
+    >>> from nitorch_jit.io.reslice import gzip_compressor
+    >>> import gzip
+    >>> name, make = gzip_compressor()
+    >>> c = make()
+    >>> gzip.decompress(c.compress(b"abc" * 100) + c.flush()) == b"abc" * 100
+    True
+    """
+    want = os.environ.get("NI_JIT_GZIP", "").strip().lower()
+    if want not in ("", "isal", "zlib-ng", "zlib"):
+        raise ResliceError(f"NI_JIT_GZIP={want!r}: expected isal, zlib-ng or zlib")
+    if want in ("", "isal"):
+        try:
+            from isal import isal_zlib
+            return "isal", lambda: isal_zlib.compressobj(1, isal_zlib.DEFLATED, 31)
+        except ImportError:
+            if want:
+                raise ResliceError("NI_JIT_GZIP=isal but isal is not installed "
+                                   "(pip install isal)") from None
+    if want in ("", "zlib-ng"):
+        try:
+            from zlib_ng import zlib_ng
+            return "zlib-ng", lambda: zlib_ng.compressobj(2, zlib_ng.DEFLATED, 31)
+        except ImportError:
+            if want:
+                raise ResliceError("NI_JIT_GZIP=zlib-ng but zlib-ng is not installed "
+                                   "(pip install zlib-ng)") from None
     import zlib
+    return "zlib", lambda: zlib.compressobj(1, zlib.DEFLATED, 31)
+
+
+def _write_gzip(raw, path):
+    """gzip at level 1 (nibabel's default) on torch's threads: the file is a series of gzip
+    members, one per 4 MB block (valid gzip, read by gzip/zlib readers as one stream; bgzip
+    does the same). Compression dominates the command's time otherwise."""
     from concurrent.futures import ThreadPoolExecutor
+    _, make = gzip_compressor()
     view = memoryview(raw)
 
-    def member(start):  # zlib releases the GIL while it compresses
-        c = zlib.compressobj(1, zlib.DEFLATED, 31)
+    def member(start):  # the compressors release the GIL while they work
+        c = make()
         return c.compress(view[start:start + _GZIP_BLOCK]) + c.flush()
 
     starts = range(0, max(1, len(raw)), _GZIP_BLOCK)
