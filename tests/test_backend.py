@@ -194,7 +194,9 @@ def test_output_cache_reuses_blocks_and_empty_cache_returns_them(knobs):
     del first
     assert _rss_mib() > rss - 20  # kept
     again = run()
-    assert _rss_mib() < rss + 20  # and reused: no new memory
+    # and reused: new outputs would add 101 MiB; the prefilter's transient scratch (34 MiB)
+    # may stay with malloc or go back to the OS, depending on the process's history
+    assert _rss_mib() < rss + 50
     for a, b in zip(again, ref):
         assert a.nbytes >= 32 << 20 and torch.equal(a, b)
     keep = again[0]
