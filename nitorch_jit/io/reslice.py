@@ -15,6 +15,7 @@ Layout. nibabel's arrays are Fortran-ordered ``[X, Y, Z, ...]``, which is ``[...
 C-ordered: the kernels get that view (no transpose copy) and the grid's components are in
 that order (``k, j, i``); the output comes back the same way and is written without a copy.
 """
+import importlib
 import os
 import secrets
 import time
@@ -215,6 +216,8 @@ def _save(nib, img, path):
 
 
 _GZIP_BLOCK = 4 << 20  # bytes per gzip member
+# (name, module with zlib's interface, level), fastest first
+_DEFLATES = (("isal", "isal.isal_zlib", 1), ("zlib-ng", "zlib_ng.zlib_ng", 2), ("zlib", "zlib", 1))
 
 
 def gzip_compressor():
@@ -242,26 +245,18 @@ def gzip_compressor():
     True
     """
     want = os.environ.get("NI_JIT_GZIP", "").strip().lower()
-    if want not in ("", "isal", "zlib-ng", "zlib"):
+    if want not in ("",) + tuple(name for name, _, _ in _DEFLATES):
         raise ResliceError(f"NI_JIT_GZIP={want!r}: expected isal, zlib-ng or zlib")
-    if want in ("", "isal"):
-        try:
-            from isal import isal_zlib
-            return "isal", lambda: isal_zlib.compressobj(1, isal_zlib.DEFLATED, 31)
-        except ImportError:
-            if want:
-                raise ResliceError("NI_JIT_GZIP=isal but isal is not installed "
-                                   "(pip install isal)") from None
-    if want in ("", "zlib-ng"):
-        try:
-            from zlib_ng import zlib_ng
-            return "zlib-ng", lambda: zlib_ng.compressobj(2, zlib_ng.DEFLATED, 31)
-        except ImportError:
-            if want:
-                raise ResliceError("NI_JIT_GZIP=zlib-ng but zlib-ng is not installed "
-                                   "(pip install zlib-ng)") from None
-    import zlib
-    return "zlib", lambda: zlib.compressobj(1, zlib.DEFLATED, 31)
+    for name, module, level in _DEFLATES:
+        if want in ("", name):
+            try:
+                lib = importlib.import_module(module)
+            except ImportError:
+                if want:
+                    raise ResliceError(f"NI_JIT_GZIP={want} but {name} is not installed "
+                                       f"(pip install {name})") from None
+                continue
+            return name, lambda: lib.compressobj(level, lib.DEFLATED, 31)
 
 
 def _write_gzip(raw, path):

@@ -11,6 +11,7 @@ import torch
 
 from .. import backends
 from .common import HALF, broadcast_batch, call, flatten_batch, restore_batch, shape_arg
+from .docfill import docfill
 from .options import check_tensor, resampling_options
 from .splinc import prefilter as _prefilter
 
@@ -162,6 +163,7 @@ def affine_pull(input, affine, shape=None, interpolation="linear", bound="zero",
     return affine_pull_codes(input, affine, shape, *opts, prefilter=prefilter)
 
 
+@docfill
 def affine_pull_codes(input, affine, shape, order, bound, extrapolate, prefilter=False):
     """affine_pull with its options already parsed: the code-level entry, for the front ends.
 
@@ -172,12 +174,7 @@ def affine_pull_codes(input, affine, shape, order, bound, extrapolate, prefilter
         Output voxel to input voxel.
     shape : list[int] or None
         Output spatial shape (default: the input's).
-    order : list[int]
-        Spline orders 0..7, one per spatial dim.
-    bound : list[int]
-        Bound codes of nitorch_jit.codes, one per spatial dim.
-    extrapolate : bool
-    prefilter : bool, default False
+    %(code_options)s
 
     Returns
     -------

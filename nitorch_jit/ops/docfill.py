@@ -29,6 +29,21 @@ If True, `input` holds samples and the spline prefilter is applied
 first, so that the spline interpolates them (orders >= 2); if False, `input` holds
 the spline coefficients themselves.""",
 }
+# the option block of the resampling functions, and of their code-level entries
+DOCS["resampling_options"] = "\n".join([
+    "interpolation : int, str or InterpolationType, or a list of them, default 'linear'",
+    textwrap.indent(DOCS["interpolation"], "    "),
+    "bound : str or BoundType, or a list of them, default 'zero'",
+    textwrap.indent(DOCS["bound"], "    "),
+    "extrapolate : bool, default False",
+    textwrap.indent(DOCS["extrapolate"], "    ")])
+DOCS["code_options"] = """\
+order : list[int]
+    Spline orders 0..7, one per spatial dim.
+bound : list[int]
+    Bound codes of nitorch_jit.codes, one per spatial dim.
+extrapolate : bool
+prefilter : bool, default False"""
 
 _MARKER = re.compile(r"^( *)%\((\w+)\)s$", re.MULTILINE)
 

@@ -228,12 +228,7 @@ def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     grid : tensor [*batch, *out, D]
         Voxel coordinates, D = 1, 2 or 3: ``grid[..., d]`` indexes spatial dim ``d`` of
         `input`, voxel centres at 0 ... n - 1. Batch dims broadcast with those of `input`.
-    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        %(interpolation)s
-    bound : str or BoundType, or a list of them, default 'zero'
-        %(bound)s
-    extrapolate : bool, default False
-        %(extrapolate)s
+    %(resampling_options)s
     prefilter : bool, default False
         %(prefilter)s
 
@@ -274,6 +269,7 @@ def grid_pull(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     return _pull(input, grid, dim, opts, prefilter)
 
 
+@docfill
 def pull_codes(input, grid, order, bound, extrapolate, prefilter=False):
     """grid_pull with its options already parsed: the code-level entry, for the front ends.
 
@@ -283,12 +279,7 @@ def pull_codes(input, grid, order, bound, extrapolate, prefilter=False):
         Floating point, or integer labels (the most likely label is pulled, as grid_pull).
     grid : tensor [*batch, *out, D]
         Voxel coordinates. Batch dims broadcast.
-    order : list[int]
-        Spline orders 0..7, one per spatial dim.
-    bound : list[int]
-        Bound codes of nitorch_jit.codes, one per spatial dim.
-    extrapolate : bool
-    prefilter : bool, default False
+    %(code_options)s
 
     Returns
     -------
@@ -348,12 +339,7 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
         Voxel coordinates, D = 1, 2 or 3 (see grid_pull). Batch dims broadcast.
     shape : list[int], optional
         Spatial shape of the output image (default: the spatial shape of `input`).
-    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        %(interpolation)s
-    bound : str or BoundType, or a list of them, default 'zero'
-        %(bound)s
-    extrapolate : bool, default False
-        %(extrapolate)s
+    %(resampling_options)s
     prefilter : bool, default False
         If True, the transposed spline prefilter is applied after splatting, so that push
         stays the exact adjoint of ``grid_pull(..., prefilter=True)``.
@@ -407,12 +393,7 @@ def grid_count(grid, shape=None, interpolation="linear", bound="zero", extrapola
         Voxel coordinates, D = 1, 2 or 3 (see grid_pull).
     shape : list[int], optional
         Spatial shape of the output (default: the spatial shape of `grid`).
-    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        %(interpolation)s
-    bound : str or BoundType, or a list of them, default 'zero'
-        %(bound)s
-    extrapolate : bool, default False
-        %(extrapolate)s
+    %(resampling_options)s
 
     Returns
     -------
@@ -442,12 +423,7 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
         Image (its spline coefficients when ``prefilter=False``).
     grid : tensor [*batch, *out, D]
         Voxel coordinates, D = 1, 2 or 3 (see grid_pull). Batch dims broadcast.
-    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        %(interpolation)s
-    bound : str or BoundType, or a list of them, default 'zero'
-        %(bound)s
-    extrapolate : bool, default False
-        %(extrapolate)s
+    %(resampling_options)s
     prefilter : bool, default False
         %(prefilter)s
 
@@ -498,12 +474,7 @@ def resample_backward(op, grad, input, grid, interpolation="linear", bound="zero
         The forward's input (values to push, for a push).
     grid : tensor [N, *out, D]
         The forward's grid, same batch size N.
-    interpolation : int, str or InterpolationType, or a list of them, default 'linear'
-        %(interpolation)s
-    bound : str or BoundType, or a list of them, default 'zero'
-        %(bound)s
-    extrapolate : bool, default False
-        %(extrapolate)s
+    %(resampling_options)s
     input_grad, grid_grad : bool, default True
         Which gradients to compute.
 
