@@ -3,14 +3,15 @@
     python scripts/bench_cuda_regsolve.py [--size 256] [--repeat 10] [--json FILE]
 
 The workload of scripts/bench_solvers.py (nitorch_jit.bench.data.registration_data) on the GPU:
-a size^3 x 3 float32 displacement grid, membrane 1e-3, bending 0.1, lame (0.05, 0.2), bound dft (the default), a full voxel-wise
-Hessian (6 values, the Gauss-Newton Hessian of a smooth random image). Rows, all on the same
+a size^3 x 3 float32 displacement grid, membrane 1e-3, bending 0.1, lame (0.05, 0.2), bound
+dft (the default), a full voxel-wise Hessian (6 values, the Gauss-Newton Hessian of a smooth
+random image). Rows, all on the same
 device in the same run:
 
 - regulariser_grid (the public API, [1, *S, 3] in and out) and the reg_matvec kernel itself
   ([1, 3, *S] contiguous), against
-  (a) the same operator as torch.nn.functional.conv3d (nitorch_jit.bench.data.conv_regulariser: one
-      grouped 5^3 conv and one 3->3 channel 3^3 conv, circular padding), with cuDNN's TF32
+  (a) the same operator as torch.nn.functional.conv3d (nitorch_jit.bench.data.conv_regulariser:
+      one grouped 5^3 conv and one 3->3 channel 3^3 conv, circular padding), with cuDNN's TF32
       off (float32 arithmetic, as ours) and on (PyTorch's default for convolutions);
   (b) the pure-PyTorch twin called directly (nitorch_jit.torch_impl.regsolve.reg_matvec with
       the same taps, what NI_COMPILED_BACKEND=TORCH runs);
