@@ -51,8 +51,8 @@ Times are wall-clock times on whatever machine this runs on: on a shared machine
 its load, so compare the two sides of one row, not rows of different runs. The ``*_cpu*``
 columns (CPU time of the process, user + system, from /usr/bin/time; in the 1-thread workers,
 the process CPU time of nitorch_jit.bench.measure or, in the kernel worker that also runs in
-NITorch's venv, ``time.process_time``) move much less with the load; ``load1`` is the 1-minute load average when
-the row was made. ``--parallel-sides`` runs the two register processes at once, so that both
+NITorch's venv, ``time.process_time``) move much less with the load; ``load1`` is the 1-minute
+load average when the row was made. ``--parallel-sides`` runs the two register processes at once, so that both
 see the same load.
 """
 import argparse
