@@ -20,16 +20,17 @@ forward+backward >= 1.5x faster than grid_sample's. Also reports the first CUDA 
 the module (or the cached build's time). Exit status 0 always (the targets are reported, not
 enforced); 1 when no GPU is available.
 """
-import argparse
 import sys
 
 import torch
 import torch.nn.functional as F
 
 import nitorch_jit as nj
-from nitorch_jit.bench import backend_for, copy_bandwidth, measure, ratio, stopwatch
+from nitorch_jit.bench import (
+    backend_for, copy_bandwidth, measure, open_device, ratio, stopwatch,
+)
 from nitorch_jit.bench.data import affine_matrix, smooth_grid, synthetic, voxel_to_grid_sample
-from nitorch_jit.bench.report import print_table, write_json
+from nitorch_jit.bench.report import gpu_parser, print_table, write_json
 from nitorch_jit.ops import tuning
 
 
@@ -63,23 +64,15 @@ def compile_time(device):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=256)
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--json", help="write the results there")
+    ap = gpu_parser(__doc__, size=256, repeat=20)
     args = ap.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("bench_cuda: no CUDA device", file=sys.stderr)
-        return 1
+    device, name = open_device(args.device, "bench_cuda")
 
     def ms_per_call(fn):
         """ms per call: the best of 3 rounds of --repeat calls back to back (CUDA events)."""
         return measure(fn, repeat=3, number=args.repeat, device=device).best_ms
 
     _, compile_msg = compile_time(device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     n = args.size
     print(f"bench_cuda: {name}, torch {torch.__version__}, {n}^3 float32, 1 channel, "
           f"displacement +-2 voxels", flush=True)
@@ -132,8 +125,8 @@ def main(argv=None):
         row("push1_untiled" + tag, "push order 1, one-point kernel (tiles off)" + tag,
             ms_per_call(untiled(push1)), b_push)
         row("grad_dot1" + tag, "grad_dot order 1 (backward's grid part)" + tag,
-            ms_per_call(lambda: torch.ops.nitorch_jit.grid_grad_dot(ours, img, grid, [1] * 3, [6] * 3,
-                                                              True)), b_dot)
+            ms_per_call(lambda: torch.ops.nitorch_jit.grid_grad_dot(ours, img, grid, [1] * 3,
+                                                                    [6] * 3, True)), b_dot)
         pullback1 = lambda: torch.ops.nitorch_jit.grid_pull_backward(  # noqa: E731
             ours, img, grid, [1] * 3, [6] * 3, True)
         row("pullback1" + tag, "pull_backward order 1 (fused push + grad_dot)" + tag,

@@ -28,16 +28,15 @@ precond also the Hessian; relax x read and written, g and the Hessian read), aga
 GPU's copy bandwidth measured in the same run. No speed goal is enforced. Exit status 0 (1
 without a GPU). --device cpu is a smoke run of the script itself.
 """
-import argparse
 import sys
 
 import torch
 
 import nitorch_jit as nj
-from nitorch_jit.bench import backend_for, copy_bandwidth, measure, ratio
+from nitorch_jit.bench import backend_for, copy_bandwidth, measure, open_device, ratio
 from nitorch_jit.bench.data import REG_KW as KW
 from nitorch_jit.bench.data import conv_operator, conv_regulariser, registration_data
-from nitorch_jit.bench.report import print_table, write_json
+from nitorch_jit.bench.report import gpu_parser, print_table, write_json
 from nitorch_jit.ops import regularisers as R
 from nitorch_jit.ops import solvers as S
 from nitorch_jit.torch_impl import regsolve as twin
@@ -49,19 +48,11 @@ def rel_residual(system, x, g):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=256)
-    ap.add_argument("--repeat", type=int, default=10)
-    ap.add_argument("--json", help="also write the results to this file")
-    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run)")
+    ap = gpu_parser(__doc__, size=256, repeat=10)
     args = ap.parse_args()
-    dev = torch.device(args.device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        print("bench_cuda_regsolve: no CUDA device", file=sys.stderr)
-        return 1
+    dev, name = open_device(args.device, "bench_cuda_regsolve")
     kinds = {m: backend_for(m, dev) for m in ("regsolve", "resize")}
     n, rep = args.size, args.repeat
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     print(f"bench_cuda_regsolve: {name}, torch {torch.__version__}, backends {kinds}, "
           f"{n}^3 x 3 float32 grid, membrane 1e-3, bending 0.1, lame (0.05, 0.2), dft",
           flush=True)
@@ -141,7 +132,8 @@ def main():
         system = S.System(hx, None, taps, period, True, kernels)
         return S.fmg(p, gx, system, "cg", 2, 2)
 
-    t_fmg = row("solve_grid_fmg (cg, 2x2)", "ours", ms_per_call(lambda: fmg(None), max(2, rep // 3)))
+    t_fmg = row("solve_grid_fmg (cg, 2x2)", "ours",
+                ms_per_call(lambda: fmg(None), max(2, rep // 3)))
     row("", "ours (API)", ms_per_call(lambda: nj.solve_grid_fmg(h, g, **KW), max(2, rep // 3)))
     row("", "torch twin kernels", ms_per_call(lambda: fmg(twin), 1, warmup=1), None, t_fmg)
     system = S.System(hx, None, taps, period, True)

@@ -17,31 +17,23 @@ Times are CUDA-event milliseconds, the minimum over --repeat runs after a warm-u
 timed before and after its peer (nitorch_jit.bench.measure). The
 effective bandwidth counts the input and output once. Exit status 0 (1 without a GPU).
 """
-import argparse
 import sys
 
 import torch
 import torch.nn.functional as F
 
 import nitorch_jit as nj
-from nitorch_jit.bench import backend_for, measure, ratio
-from nitorch_jit.bench.report import print_table, write_json
+from nitorch_jit.bench import backend_for, measure, open_device, ratio
+from nitorch_jit.bench.report import gpu_parser, print_table, write_json
 from nitorch_jit.ops.options import bound_codes
 from nitorch_jit.torch_impl import resize as twin_resize
 from nitorch_jit.torch_impl import splinc as twin_splinc
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=128)
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--json", help="also write the rows to this file")
-    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run)")
+    ap = gpu_parser(__doc__, size=128, repeat=20)
     args = ap.parse_args()
-    dev = torch.device(args.device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        print("bench_cuda_resize: no CUDA device", file=sys.stderr)
-        return 1
+    dev, name = open_device(args.device, "bench_cuda_resize")
     kinds = {m: backend_for(m, dev) for m in ("splinc", "resize")}
     n, m = args.size, 2 * args.size
     torch.manual_seed(0)
@@ -50,7 +42,6 @@ def main():
     dct2 = bound_codes("dct2", 3)
     scale, shift = n / m, 0.5 * (n / m - 1)  # edge anchor, x2 (see nitorch_jit/ops/resize.py)
     geo = ([m] * 3, [scale] * 3, [shift] * 3)
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     print(f"bench_cuda_resize: {name}, torch {torch.__version__}, "
           f"backends {kinds}, float32, {n}^3 <-> {m}^3")
 

@@ -13,25 +13,13 @@ import warnings
 import torch
 
 import nitorch_jit as nj
-from nitorch_jit.bench import backend_for, measure, ratio, stopwatch
+from nitorch_jit.bench import backend_for, measure, optional, ratio, stopwatch
 from nitorch_jit.bench.data import synthetic, voxel_to_grid_sample
 from nitorch_jit.bench.report import print_table
 from nitorch_jit.torch_impl import pushpull as torch_pp
 
 warnings.filterwarnings("ignore")
 ops = torch.ops.nitorch_jit
-
-
-def peers():
-    try:
-        import interpol
-    except ImportError:
-        interpol = None
-    try:
-        import scipy.ndimage as ndi
-    except ImportError:
-        ndi = None
-    return interpol, ndi
 
 
 def ours_and_peers(ours, peers, repeat, slow=()):
@@ -42,13 +30,18 @@ def ours_and_peers(ours, peers, repeat, slow=()):
 
 
 def bench_dim(dim, size, repeat, rows, compiled_torch):
-    interpol, ndi = peers()
+    interpol, ndi = optional("interpol"), optional("scipy.ndimage")
     img, grid = synthetic(size, dim)
     shape = list(img.shape[2:])
     tag = f"{dim}-D {size}^{dim}"
     rep = [0] * dim
     gs_grid = voxel_to_grid_sample(grid, shape)
     mode = "bilinear"
+    goal3 = (lambda g, g2="": g if dim == 3 else g2)  # noqa: E731
+
+    def add(op, ours_ms, peer, peer_ms, goal="", note="", fmt=".1f"):
+        rows.append((tag, op, f"{ours_ms:{fmt}}", peer, f"{peer_ms:{fmt}}",
+                     f"{ratio(peer_ms, ours_ms):.2f}", goal, note))
 
     def gs():
         return torch.nn.functional.grid_sample(img, gs_grid, mode=mode, padding_mode="border",
@@ -72,62 +65,48 @@ def bench_dim(dim, size, repeat, rows, compiled_torch):
     t = ours_and_peers(c_pull1, pull_peers, repeat, slow=("TORCH eager", "torch-interpol"))
     t_c1 = t["ours"]
     err = (c_pull1() - gs()).abs().max().item()
-    rows.append((tag, "pull order 1", f"{t_c1:.2f}", "grid_sample", f"{t['grid_sample']:.2f}",
-                 f"{ratio(t['grid_sample'], t_c1):.2f}", ">= 4" if dim == 3 else ">= 2",
-                 f"max diff {err:.1e}"))
+    add("pull order 1", t_c1, "grid_sample", t["grid_sample"], goal3(">= 4", ">= 2"),
+        f"max diff {err:.1e}", ".2f")
     if compiled_torch:
-        t_tc = t["TORCH + torch.compile"]
-        rows.append((tag, "pull order 1", f"{t_c1:.1f}", "TORCH + torch.compile", f"{t_tc:.1f}",
-                     f"{ratio(t_tc, t_c1):.2f}", ">= 1.5" if dim == 3 else "",
-                     f"compile {t_compile:.0f} s"))
-    rows.append((tag, "pull order 1", f"{t_c1:.1f}", "TORCH eager", f"{t['TORCH eager']:.1f}",
-                 f"{ratio(t['TORCH eager'], t_c1):.2f}", "", ""))
+        add("pull order 1", t_c1, "TORCH + torch.compile", t["TORCH + torch.compile"],
+            goal3(">= 1.5"), f"compile {t_compile:.0f} s")
+    add("pull order 1", t_c1, "TORCH eager", t["TORCH eager"])
     if interpol is not None:
-        t_i = t["torch-interpol"]
-        rows.append((tag, "pull order 1", f"{t_c1:.1f}", "torch-interpol", f"{t_i:.1f}",
-                     f"{ratio(t_i, t_c1):.2f}", ">= 20" if dim == 3 else "", ""))
+        add("pull order 1", t_c1, "torch-interpol", t["torch-interpol"], goal3(">= 20"))
     # order 3 vs scipy
-    c_pull3 = lambda: ops.grid_pull(img, grid, [3] * dim, rep, True)  # noqa: E731
     if ndi is not None:
+        c_pull3 = lambda: ops.grid_pull(img, grid, [3] * dim, rep, True)  # noqa: E731
         arr = img[0, 0].numpy()
         coords = grid[0].movedim(-1, 0).numpy()
         scipy3 = lambda: ndi.map_coordinates(arr, coords, order=3, mode="nearest",  # noqa: E731
                                              prefilter=False)
         t = ours_and_peers(c_pull3, {"scipy": scipy3}, repeat, slow=("scipy",))
-        ref = torch.from_numpy(scipy3())
-        err = (c_pull3()[0, 0] - ref).abs().max().item()
-        rows.append((tag, "pull order 3", f"{t['ours']:.1f}", "scipy map_coordinates",
-                     f"{t['scipy']:.1f}", f"{ratio(t['scipy'], t['ours']):.2f}",
-                     ">= 5" if dim == 3 else "", f"max diff {err:.1e}"))
+        err = (c_pull3()[0, 0] - torch.from_numpy(scipy3())).abs().max().item()
+        add("pull order 3", t["ours"], "scipy map_coordinates", t["scipy"], goal3(">= 5"),
+            f"max diff {err:.1e}")
     # push
-    c_push1 = lambda: ops.grid_push(img, grid, shape, [1] * dim, rep, True)  # noqa: E731
     push_peers = {}
     if interpol is not None:
         push_peers["torch-interpol push"] = lambda: interpol.grid_push(
             img, grid, shape, interpolation=1, bound="replicate", extrapolate=True)
-    t = ours_and_peers(c_push1, push_peers, repeat, slow=tuple(push_peers))
-    t_p = t["ours"]
-    rows.append((tag, "push order 1", f"{t_p:.1f}", "(pull order 1)", f"{t_c1:.1f}",
-                 f"{ratio(t_c1, t_p):.2f}", "", ""))
-    if interpol is not None:
-        t_ip = t["torch-interpol push"]
-        rows.append((tag, "push order 1", f"{t_p:.1f}", "torch-interpol push", f"{t_ip:.1f}",
-                     f"{ratio(t_ip, t_p):.2f}", ">= 10" if dim == 3 else "", ""))
+    t = ours_and_peers(lambda: ops.grid_push(img, grid, shape, [1] * dim, rep, True),
+                       push_peers, repeat, slow=tuple(push_peers))
+    add("push order 1", t["ours"], "(pull order 1)", t_c1)
+    for k in push_peers:
+        add("push order 1", t["ours"], k, t[k], goal3(">= 10"))
     # the backward of pull: fused (one pass) against the two separate ops
     y = ops.grid_pull(img, grid, [1] * dim, rep, True)
     t = ours_and_peers(lambda: ops.grid_pull_backward(y, img, grid, [1] * dim, rep, True),
                        {"separate": lambda: (ops.grid_push(y, grid, shape, [1] * dim, rep, True),
                                              ops.grid_grad_dot(y, img, grid, [1] * dim, rep,
                                                                True))}, repeat)
-    rows.append((tag, "pull_backward order 1", f"{t['ours']:.1f}", "push + grad_dot",
-                 f"{t['separate']:.1f}", f"{ratio(t['separate'], t['ours']):.2f}", "",
-                 "fused vs separate"))
+    add("pull_backward order 1", t["ours"], "push + grad_dot", t["separate"], "",
+        "fused vs separate")
     # forward + backward (image and grid)
     c_fb, gs_fb = fwd_bwd_pair(img, grid, mode)
     t = ours_and_peers(c_fb, {"peer": gs_fb}, repeat)
-    rows.append((tag, "pull order 1 fwd+bwd", f"{t['ours']:.2f}", "grid_sample fwd+bwd",
-                 f"{t['peer']:.2f}", f"{ratio(t['peer'], t['ours']):.2f}",
-                 ">= 4" if dim == 3 else ">= 1.5", "image and grid grads"))
+    add("pull order 1 fwd+bwd", t["ours"], "grid_sample fwd+bwd", t["peer"],
+        goal3(">= 4", ">= 1.5"), "image and grid grads", ".2f")
 
 
 def fwd_bwd_pair(img, grid, mode="bilinear", order=1):

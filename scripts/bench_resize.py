@@ -24,7 +24,7 @@ import argparse
 import numpy as np
 import torch
 
-from nitorch_jit.bench import backend_for, measure, ratio
+from nitorch_jit.bench import backend_for, measure, optional, ratio
 from nitorch_jit.bench.report import print_table
 
 
@@ -42,14 +42,7 @@ def main():
     from nitorch_jit.ops import resize as R
     from nitorch_jit.ops import splinc
 
-    try:
-        import interpol
-    except ImportError:
-        interpol = None
-    try:
-        import scipy.ndimage as ndi
-    except ImportError:
-        ndi = None
+    interpol, ndi = optional("interpol"), optional("scipy.ndimage")
 
     n = args.size
     torch.manual_seed(0)

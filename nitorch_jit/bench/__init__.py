@@ -9,7 +9,8 @@ time of this process, all threads).
 
 - :func:`measure` times in-process callables; :func:`stopwatch` times one block once;
 - :func:`measure_process` times a whole command (wall and child CPU time);
-- :func:`ratio`, :func:`copy_bandwidth`, :func:`backend_for` are the helpers the scripts share;
+- :func:`ratio`, :func:`copy_bandwidth`, :func:`backend_for`, :func:`optional` (a peer that may
+  be missing) and :func:`open_device` are the helpers the scripts share;
 - ``nitorch_jit.bench.data`` makes the workloads, ``nitorch_jit.bench.report`` prints them,
   ``nitorch_jit.bench.cli`` is ``nitorch-jit bench``.
 """
@@ -18,6 +19,7 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 __all__ = ["ProcessRun", "Stopwatch", "Timing", "backend_for", "copy_bandwidth", "measure",
-           "measure_process", "ratio", "run_bench", "stopwatch"]
+           "measure_process", "open_device", "optional", "ratio", "run_bench", "stopwatch"]
 
 
 @dataclass
@@ -303,6 +305,61 @@ def backend_for(module, device="cpu", *, require_compiled=False):
         backend.load_module(module, str(device))
         return "C"
     return backend.ensure(module, device)
+
+
+def optional(module):
+    """Import an optional peer: the module, or None when it is not installed.
+
+    Parameters
+    ----------
+    module : str
+        Dotted module name ('interpol', 'scipy.ndimage', ...).
+
+    Returns
+    -------
+    module or None
+
+    Examples
+    --------
+    >>> from nitorch_jit.bench import optional
+    >>> optional("json").__name__, optional("no_such_peer_module")
+    ('json', None)
+    """
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def open_device(name, who):
+    """The device a benchmark runs on, and its name in words; a CUDA device asked for where
+    there is none ends the program with status 1 (after a line on stderr).
+
+    Parameters
+    ----------
+    name : str
+        'cuda', 'cuda:1', 'cpu' (the CPU: a smoke run of a GPU script).
+    who : str
+        The script, for the message.
+
+    Returns
+    -------
+    device : torch.device
+    label : str
+        The GPU's name, or 'CPU'.
+
+    Examples
+    --------
+    >>> from nitorch_jit.bench import open_device
+    >>> open_device("cpu", "bench_x")
+    (device(type='cpu'), 'CPU')
+    """
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(f"{who}: no CUDA device", file=sys.stderr)
+        raise SystemExit(1)
+    return device, torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
 
 
 @dataclass

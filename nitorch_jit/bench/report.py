@@ -1,5 +1,6 @@
 """How the benchmarks print and save what they measured: an aligned text table, a markdown
 table (the README's), and one JSON writer (``--json``)."""
+import argparse
 import json
 from pathlib import Path
 
@@ -101,3 +102,34 @@ def write_json(path, obj):
     """
     if path:
         Path(path).write_text(json.dumps(obj, indent=1, default=_plain))
+
+
+def gpu_parser(doc, size, repeat):
+    """The command line of a GPU benchmark: --size, --repeat, --json FILE and --device (cuda,
+    or cpu for a smoke run of the script itself).
+
+    Parameters
+    ----------
+    doc : str
+        The script's docstring (its first line is the description).
+    size, repeat : int
+        Their defaults.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        More arguments may be added before parsing.
+
+    Examples
+    --------
+    >>> from nitorch_jit.bench.report import gpu_parser
+    >>> args = gpu_parser("A benchmark.", 128, 20).parse_args(["--device", "cpu"])
+    >>> args.size, args.repeat, args.json, args.device
+    (128, 20, None, 'cpu')
+    """
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--size", type=int, default=size)
+    ap.add_argument("--repeat", type=int, default=repeat)
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run)")
+    return ap
