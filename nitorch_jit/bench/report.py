@@ -47,10 +47,10 @@ def print_markdown(rows, headers, file=None, flush=False):
 
     Parameters
     ----------
-    rows : list[sequence]
-    headers : list[str]
-    file : file-like, optional
+    rows, headers, file
+        As for :func:`print_table`.
     flush : bool
+        Flush after each line (rows printed as they are measured).
 
     Returns
     -------
