@@ -7,7 +7,8 @@ shift, float32, bound zero, extrapolate off) resampled at 128^3 with orders 1 an
  - affine_pull(x, A, shape): coordinates computed in the kernel;
  - grid_pull(x, grid) with the grid [*shape, 3] already built (the kernel alone);
  - affine_grid(A, shape) + grid_pull (what a user without affine_pull runs).
-Goal: affine_pull >= 1.5x faster than grid_pull. Best of --repeat runs each, one process.
+Goal: affine_pull >= 1.5x faster than grid_pull. Best of --repeat runs each after a warm-up,
+one process; affine_pull timed before and after grid_pull (nitorch_jit.bench.measure).
 
 Memory: a 256^3 float32 order-3 resample, each way in a fresh subprocess: the peak resident
 memory (VmHWM, reset through /proc/self/clear_refs, Linux) above what the process holds once
@@ -18,35 +19,21 @@ output). With prefilter=True the spline prefilter needs one coefficient copy of 
 """
 import argparse
 import json
-import math
-import os
 import subprocess
 import sys
-import time
 
 import torch
+
+from nitorch_jit.bench import measure, ratio
+from nitorch_jit.bench.data import affine_matrix
+from nitorch_jit.bench.report import print_markdown
 
 MIB = 1 << 20
 
 
 def matrix(shape, dtype=torch.float32):
     """Output voxel -> input voxel: 10 degrees about the centre, zoom 1.05, a shift."""
-    a = math.radians(10)
-    rot = torch.tensor([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0],
-                        [0, 0, 1]], dtype=torch.float64) / 1.05
-    c = (torch.tensor(shape, dtype=torch.float64) - 1) / 2
-    off = c - rot @ c + torch.tensor([1.5, -2.25, 0.75], dtype=torch.float64)
-    return torch.cat([rot, off[:, None]], 1).to(dtype)
-
-
-def best(fn, repeat):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+    return affine_matrix(shape, 10, 1.05, (1.5, -2.25, 0.75), dtype)
 
 
 MEASURE = r"""
@@ -55,8 +42,8 @@ from nitorch_jit import affine_grid, affine_pull, grid_pull
 torch.set_num_threads(int(sys.argv[1]))
 n, way, prefilter = int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
 shape = [n, n, n]
-from bench_affine import matrix
-A = matrix(shape)
+from nitorch_jit.bench.data import affine_matrix
+A = affine_matrix(shape, 10, 1.05, (1.5, -2.25, 0.75))
 tiny = torch.randn(1, 1, 4, 4, 4)
 affine_pull(tiny, A, [4, 4, 4], 3, prefilter=True)  # load the kernels
 grid_pull(tiny, affine_grid(A, [4, 4, 4]), 3, prefilter=True)
@@ -80,12 +67,8 @@ print(json.dumps({"base": base, "peak": peak,
 
 
 def memory(threads, n, way, prefilter):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(os.path.abspath(__file__))]
-        + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     out = subprocess.run([sys.executable, "-c", MEASURE, str(threads), str(n), way,
-                          "1" if prefilter else "0"], env=env, capture_output=True, text=True,
-                         check=True)
+                          "1" if prefilter else "0"], capture_output=True, text=True, check=True)
     r = json.loads(out.stdout.strip().splitlines()[-1])
     # the peak above the resident memory once the input exists (libraries, input included)
     return r["input"], r["output"], r["peak"] - r["base"]
@@ -108,35 +91,37 @@ def main():
     print(f"nitorch_jit affine_pull vs grid_pull, {torch.get_num_threads()} threads, backend "
           f"{compiled_backend}, torch {torch.__version__}, float32, best of {args.repeat}")
     print()
-    print("| workload | affine_pull (ms) | grid_pull, grid built (ms) | ratio | "
-          "affine_grid + grid_pull (ms) | ratio | goal |")
-    print("|---|---|---|---|---|---|---|")
+    rows = []
     for order in (1, 3):
         grid = affine_grid(A, shape)
-        t_aff = best(lambda: affine_pull(x, A, shape, order), args.repeat)
-        t_grid = best(lambda: grid_pull(x, grid, order), args.repeat)
+        t = measure({"affine": lambda: affine_pull(x, A, shape, order),
+                     "grid": lambda: grid_pull(x, grid, order)}, repeat=args.repeat,
+                    ours="affine")
         del grid
-        t_both = best(lambda: grid_pull(x, affine_grid(A, shape), order), args.repeat)
-        print(f"| {n}^3, order {order} | {t_aff * 1e3:.1f} | {t_grid * 1e3:.1f} | "
-              f"{t_grid / t_aff:.2f}x | {t_both * 1e3:.1f} | {t_both / t_aff:.2f}x | >= 1.5x |")
+        t_both = measure(lambda: grid_pull(x, affine_grid(A, shape), order), repeat=args.repeat)
+        t_aff, t_grid = t["affine"].best_ms, t["grid"].best_ms
+        rows.append((f"{n}^3, order {order}", f"{t_aff:.1f}", f"{t_grid:.1f}",
+                     f"{ratio(t_grid, t_aff):.2f}x", f"{t_both.best_ms:.1f}",
+                     f"{ratio(t_both, t_aff):.2f}x", ">= 1.5x"))
+    print_markdown(rows, ["workload", "affine_pull (ms)", "grid_pull, grid built (ms)", "ratio",
+                          "affine_grid + grid_pull (ms)", "ratio", "goal"])
 
     m = args.mem_size
     print()
     print(f"Peak memory of a {m}^3 float32 order-3 resample (one fresh process each; extra = "
           f"peak resident memory above what the process held with the input)")
     print()
-    print("| way | prefilter | input (MiB) | output (MiB) | extra (MiB) | "
-          "(input + extra) / (input + output) | goal |")
-    print("|---|---|---|---|---|---|---|")
+    rows = []
     for way in ("affine", "grid"):
         for prefilter in (False, True):
             inp, outp, extra = memory(args.threads, m, way, prefilter)
-            ratio = (inp + extra) / (inp + outp)
             name = "affine_pull" if way == "affine" else "affine_grid + grid_pull"
             goal = ("<= 1.2x" if not prefilter else "<= 1.2x + one input copy (coefficients)") \
                 if way == "affine" else "-"
-            print(f"| {name} | {prefilter} | {inp / MIB:.0f} | {outp / MIB:.0f} | "
-                  f"{extra / MIB:.0f} | {ratio:.2f}x | {goal} |")
+            rows.append((name, prefilter, f"{inp / MIB:.0f}", f"{outp / MIB:.0f}",
+                         f"{extra / MIB:.0f}", f"{ratio(inp + extra, inp + outp):.2f}x", goal))
+    print_markdown(rows, ["way", "prefilter", "input (MiB)", "output (MiB)", "extra (MiB)",
+                          "(input + extra) / (input + output)", "goal"])
 
 
 if __name__ == "__main__":

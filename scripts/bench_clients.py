@@ -50,8 +50,9 @@ with --json, and the tables merged with --tables-from.
 Times are wall-clock times on whatever machine this runs on: on a shared machine they move with
 its load, so compare the two sides of one row, not rows of different runs. The ``*_cpu*``
 columns (CPU time of the process, user + system, from /usr/bin/time; in the 1-thread workers,
-``time.process_time``) move much less with the load; ``load1`` is the 1-minute load average when
-the row was made. ``--parallel-sides`` runs the two register processes at once, so that both
+the process CPU time of nitorch_jit.bench.measure or, in the kernel worker that also runs in
+NITorch's venv, ``time.process_time``) move much less with the load; ``load1`` is the 1-minute
+load average when the row was made. ``--parallel-sides`` runs the two register processes at once, so that both
 see the same load.
 """
 import argparse
@@ -60,12 +61,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+
+from nitorch_jit.bench import measure_process, stopwatch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -96,48 +98,11 @@ def fmt(x, spec="{:.3g}"):
 
 
 def run_proc(cmd, env=None, timeout=None, cwd=None, log=None):
-    """Run cmd; return (wall s, returncode or None on timeout, stdout, stderr, CPU s or None).
-
-    The CPU time (user + system of the child, from /usr/bin/time where there is one) moves far
-    less with the load of a shared machine than the wall time does.
-    """
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    for k, v in list(full_env.items()):
-        if v is None:
-            del full_env[k]
-    tfile = None
-    if os.path.exists("/usr/bin/time"):
-        fd, tfile = tempfile.mkstemp(prefix="bench_clients_time_")
-        os.close(fd)
-        cmd = ["/usr/bin/time", "-o", tfile, "-f", "%U %S", *cmd]
-    t = time.perf_counter()
-    # its own process group, so that a time-out ends the program and not only /usr/bin/time
-    p = subprocess.Popen(cmd, env=full_env, cwd=cwd, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-        rc = p.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        rc = None
-    wall = time.perf_counter() - t
-    cpu = None
-    if tfile:
-        try:
-            with open(tfile) as f:
-                last = f.read().strip().splitlines()[-1].split()
-            cpu = float(last[0]) + float(last[1])
-        except (OSError, IndexError, ValueError):
-            pass
-        os.unlink(tfile)
-    if rc is not None and rc != 0 and err.rstrip().endswith("exit status " + str(rc)):
-        err = err.rstrip().rsplit("\n", 1)[0]  # /usr/bin/time's own line
-    if log:
-        with open(log, "w") as f:
-            f.write("$ " + " ".join(cmd) + "\n" + out + "\n--- stderr ---\n" + err)
-    return wall, rc, out, err, cpu
+    """Run cmd (nitorch_jit.bench.measure_process); return (wall s, returncode or None on
+    time-out, stdout, stderr, CPU s of the child or None)."""
+    r = measure_process(cmd, env=env, timeout=timeout, cwd=cwd, log=log)
+    cpu = None if r.cpu_ms is None else r.cpu_ms / 1e3
+    return r.wall_ms / 1e3, r.returncode, r.stdout, r.stderr, cpu
 
 
 def first_error(text, n=3):
@@ -457,7 +422,7 @@ def build_monai_c(build_dir, timeout=3600, resample_only=False):
 
 
 MONAI_WORKER = r'''
-import importlib.machinery, importlib.util, json, os, sys, time
+import importlib.machinery, importlib.util, json, os, sys
 variant, so_path, out_npy, mode, repeat = sys.argv[1:6]
 repeat = int(repeat)
 mode = int(mode) if mode.isdigit() else mode
@@ -474,6 +439,7 @@ elif variant == "monai_c":
             # optional_import wants one)
             return importlib.util.spec_from_file_location(fullname, so_path, loader=loader)
     sys.meta_path.insert(0, _Finder())
+from nitorch_jit.bench import measure  # the harness's clock (imports nothing of MONAI's)
 import numpy as np
 import torch
 torch.set_num_threads(1)
@@ -499,18 +465,17 @@ tfs = {
 }
 for name, tf in tfs.items():
     tf.set_random_state(seed=0)
-    t = time.perf_counter()
-    y = tf({"img": img})["img"]
-    first = time.perf_counter() - t
+    first = []  # the first (seeded) sample, compared across variants
+
+    def run():
+        y = tf({"img": img})["img"]
+        if not first:
+            first.append(y)
+    t = measure(run, repeat=repeat, warmup=1)  # min wall and min CPU time of the repeats
+    y = first[0]
     np.save(out_npy.replace(".npy", f"_{name}.npy"),
             np.asarray(y.detach().cpu().numpy(), np.float32))
-    best, best_cpu = float("inf"), float("inf")
-    for _ in range(repeat):
-        t, c = time.perf_counter(), time.process_time()
-        tf({"img": img})
-        best = min(best, time.perf_counter() - t)
-        best_cpu = min(best_cpu, time.process_time() - c)
-    res[name] = {"ms": best * 1e3, "cpu_ms": best_cpu * 1e3, "first_ms": first * 1e3,
+    res[name] = {"ms": t.best_ms, "cpu_ms": t.cpu_ms, "first_ms": t.first_ms,
                  "dtype": str(y.dtype)}
 print("RESULT " + json.dumps(res))
 '''
@@ -593,6 +558,8 @@ def section_monai(args, work):
 # ------------------------------------------------------------------------------------------------
 # 4. NITorch's own C backend
 
+# runs in the NITorch C venv too, where nitorch_jit is not installed: its own clock (the same
+# for both sides of the comparison), CPU time of one thread
 KERNEL_WORKER = r'''
 import json, sys, time
 import torch
@@ -804,13 +771,13 @@ def main(argv=None):
         if name not in funcs:
             row(name, "unknown section", error=f"choose from {', '.join(SECTIONS)}")
             continue
-        t = time.perf_counter()
-        try:
-            funcs[name](args, work)
-        except Exception as e:  # noqa: BLE001 -- reported, the other sections go on
-            row(name, "section failed", error=f"{type(e).__name__}: {e}",
-                trace=traceback.format_exc().splitlines()[-3:])
-        print(f"[{name}] done in {time.perf_counter() - t:.0f} s", flush=True)
+        with stopwatch() as sw:
+            try:
+                funcs[name](args, work)
+            except Exception as e:  # noqa: BLE001 -- reported, the other sections go on
+                row(name, "section failed", error=f"{type(e).__name__}: {e}",
+                    trace=traceback.format_exc().splitlines()[-3:])
+        print(f"[{name}] done in {sw.wall_ms / 1e3:.0f} s", flush=True)
     print_tables(ROWS)
     if args.json:
         with open(args.json, "w") as f:

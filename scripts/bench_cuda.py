@@ -2,6 +2,8 @@
 
     python scripts/bench_cuda.py [--size 256] [--repeat 20] [--json FILE] [--device cuda]
 
+(--device cpu --size 16 --repeat 1: a smoke run of the script itself.)
+
 One synthetic float32 volume (size^3, one channel) and two grids with displacements within
 +-2 voxels: "smooth" (identity + a smooth random field, as in registration) and "iid"
 (identity + independent uniform(-2, 2) per voxel, nitorch_jit.bench.synthetic as in
@@ -18,57 +20,25 @@ forward+backward >= 1.5x faster than grid_sample's. Also reports the first CUDA 
 the module (or the cached build's time). Exit status 0 always (the targets are reported, not
 enforced); 1 when no GPU is available.
 """
-import argparse
-import json
-import math
 import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import nitorch_jit as nj  # noqa: E402
-from nitorch_jit import backends  # noqa: E402
-from nitorch_jit.backends import tuning  # noqa: E402
-from nitorch_jit.bench import print_table, synthetic, voxel_to_grid_sample  # noqa: E402
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn, device, repeat, rounds=3):
-    """Milliseconds per call: best of `rounds` rounds of `repeat` back-to-back calls."""
-    fn()
-    sync(device)
-    best = float("inf")
-    for _ in range(rounds):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(repeat):
-                fn()
-            end.record()
-            end.synchronize()
-            best = min(best, start.elapsed_time(end) / repeat)
-        else:
-            t = time.perf_counter()
-            for _ in range(repeat):
-                fn()
-            best = min(best, (time.perf_counter() - t) * 1e3 / repeat)
-    return best
+import nitorch_jit as nj
+from nitorch_jit.bench import (
+    backend_for, copy_bandwidth, measure, open_device, ratio, stopwatch,
+)
+from nitorch_jit.bench.data import affine_matrix, smooth_grid, synthetic, voxel_to_grid_sample
+from nitorch_jit.bench.report import gpu_parser, print_table, write_json
+from nitorch_jit.backends import tuning
 
 
 def compile_time(device):
     """Seconds of the first CUDA build of pushpull in this cache ('cached: N s' if it existed)."""
     from nitorch_jit.jit import cache
     if device.type != "cuda":
-        backends.ensure("pushpull", device)
+        backend_for("pushpull", device)
         return None, "n/a (not CUDA)"
 
     def built():
@@ -77,11 +47,11 @@ def compile_time(device):
         return sorted(out, key=lambda e: e.manifest.get("built_at_epoch", 0))
 
     before = {e.path for e in built()}
-    t = time.monotonic()
-    which = backends.ensure("pushpull", "cuda")
-    seconds = time.monotonic() - t
+    with stopwatch() as sw:
+        which = backend_for("pushpull", "cuda")
+    seconds = sw.wall_ms / 1e3
     if which != "C":
-        raise SystemExit(f"the CUDA kernels are not compiled ({backends.status()}); see the warning")
+        raise SystemExit(f"the CUDA kernels are not compiled (served by {which}); see the warning")
     new = [e for e in built() if e.path not in before]
     if new:
         return seconds, f"{seconds:.0f} s (compiled now, archs {new[-1].manifest['key'].get('archs')})"
@@ -93,41 +63,16 @@ def compile_time(device):
     return None, "cached"
 
 
-def smooth_grid(n, device, disp=2.0, seed=0):
-    """identity + a smooth random displacement within +-disp voxels (trilinear upsampling of
-    a 9^3 random field): neighbouring points move together, as in registration."""
-    from nitorch_jit.ops.pushpull import identity_grid
-    gen = torch.Generator().manual_seed(seed)
-    coarse = (torch.rand(1, 3, 9, 9, 9, generator=gen) * 2 - 1) * disp
-    field = F.interpolate(coarse.to(device), size=(n, n, n), mode="trilinear",
-                          align_corners=True)
-    return identity_grid([n] * 3, torch.float32, device).unsqueeze(0) + field.permute(0, 2, 3, 4, 1)
-
-
-def copy_bandwidth(device, repeat):
-    n = ((1 << 30) if device.type == "cuda" else (1 << 26)) // 4
-    src = torch.empty(n, device=device)
-    src.uniform_()
-    dst = torch.empty_like(src)
-    ms = timed(lambda: dst.copy_(src), device, repeat)
-    del src, dst
-    return 2 * n * 4 / (ms * 1e-3) / 1e9
-
-
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=256)
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--json", help="write the results there")
+    ap = gpu_parser(__doc__, size=256, repeat=20)
     args = ap.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("bench_cuda: no CUDA device", file=sys.stderr)
-        return 1
+    device, name = open_device(args.device, "bench_cuda")
+
+    def ms_per_call(fn):
+        """ms per call: the best of 3 rounds of --repeat calls back to back (CUDA events)."""
+        return measure(fn, repeat=3, number=args.repeat, device=device).best_ms
 
     _, compile_msg = compile_time(device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     n = args.size
     print(f"bench_cuda: {name}, torch {torch.__version__}, {n}^3 float32, 1 channel, "
           f"displacement +-2 voxels", flush=True)
@@ -172,22 +117,22 @@ def main(argv=None):
         ours = nj.grid_pull(img, grid, **opts1)
         agree[case] = dict(pull=rel(ours, gs(img, gs_grid)))
         row("grid_sample" + tag, "grid_sample forward" + tag,
-            timed(lambda: gs(img, gs_grid), device, args.repeat), b_pull)
+            ms_per_call(lambda: gs(img, gs_grid)), b_pull)
         row("pull1" + tag, "pull order 1" + tag,
-            timed(lambda: nj.grid_pull(img, grid, **opts1), device, args.repeat), b_pull)
+            ms_per_call(lambda: nj.grid_pull(img, grid, **opts1)), b_pull)
         push1 = lambda: nj.grid_push(ours, grid, shape, **opts1)  # noqa: E731
-        row("push1" + tag, "push order 1" + tag, timed(push1, device, args.repeat), b_push)
+        row("push1" + tag, "push order 1" + tag, ms_per_call(push1), b_push)
         row("push1_untiled" + tag, "push order 1, one-point kernel (tiles off)" + tag,
-            timed(untiled(push1), device, args.repeat), b_push)
+            ms_per_call(untiled(push1)), b_push)
         row("grad_dot1" + tag, "grad_dot order 1 (backward's grid part)" + tag,
-            timed(lambda: torch.ops.nitorch_jit.grid_grad_dot(ours, img, grid, [1] * 3, [6] * 3,
-                                                              True), device, args.repeat), b_dot)
+            ms_per_call(lambda: torch.ops.nitorch_jit.grid_grad_dot(ours, img, grid, [1] * 3,
+                                                                    [6] * 3, True)), b_dot)
         pullback1 = lambda: torch.ops.nitorch_jit.grid_pull_backward(  # noqa: E731
             ours, img, grid, [1] * 3, [6] * 3, True)
         row("pullback1" + tag, "pull_backward order 1 (fused push + grad_dot)" + tag,
-            timed(pullback1, device, args.repeat), b_bwd)
+            ms_per_call(pullback1), b_bwd)
         row("pullback1_untiled" + tag, "pull_backward order 1, tiles off" + tag,
-            timed(untiled(pullback1), device, args.repeat), b_bwd)
+            ms_per_call(untiled(pullback1)), b_bwd)
         x = img.clone().requires_grad_()
         g = grid.clone().requires_grad_()
         gsg = gs_grid.clone().requires_grad_()
@@ -206,11 +151,11 @@ def main(argv=None):
                            grid_grad=rel(gg, gg_gs.flip(-1) * (2.0 / (n - 1))))
         del gx_gs, gg_gs, gx, gg
         row("fb_grid_sample" + tag, "grid_sample forward+backward" + tag,
-            timed(fb_gs, device, args.repeat), b_pull + b_bwd)
+            ms_per_call(fb_gs), b_pull + b_bwd)
         row("fb_pull1" + tag, "pull order 1 forward+backward" + tag,
-            timed(fb_ours, device, args.repeat), b_pull + b_bwd)
+            ms_per_call(fb_ours), b_pull + b_bwd)
         row("fb_pull1_untiled" + tag, "pull order 1 forward+backward, tiles off" + tag,
-            timed(untiled(fb_ours), device, args.repeat), b_pull + b_bwd)
+            ms_per_call(untiled(fb_ours)), b_pull + b_bwd)
         del x, g, gsg, gout, ours
 
     # other rows (smooth grid): cubic, a mirrored bound without extrapolation, bfloat16; a
@@ -234,10 +179,7 @@ def main(argv=None):
     ]
     # affine resampling without a grid (a 10-degree rotation about the centre plus a shift)
     # against grid_pull on the materialised grid, same points
-    c, s_ = math.cos(math.radians(10)), math.sin(math.radians(10))
-    rot = torch.tensor([[c, -s_, 0.0], [s_, c, 0.0], [0.0, 0.0, 1.0]], device=device)
-    mid = torch.full((3,), (n - 1) / 2, device=device)
-    aff = torch.cat([rot, (mid - rot @ mid + 1.5)[:, None]], 1)[None]
+    aff = affine_matrix(shape, 10, 1.0, (1.5, 1.5, 1.5), device=device)[None]
     agrid = nj.affine_grid(aff, shape)
     for order in (1, 3):
         o = dict(interpolation=order, bound="dct2", extrapolate=False)
@@ -263,14 +205,14 @@ def main(argv=None):
                        lambda: nj.grid_pull(hb, grid, **opts1), P * 3 * f4 + (P + N) * 2))
     for key, label, fn, nbytes in extras:
         try:
-            row(key, label, timed(fn, device, args.repeat), nbytes)
+            row(key, label, ms_per_call(fn), nbytes)
         except Exception as e:  # noqa: BLE001
             print(f"  {label}: FAILED {type(e).__name__}: {e}", flush=True)
     del hb, agrid, x2, g2, gs2, gout2
     for a, b in [("affine_grid_pull1", "affine_pull1"), ("affine_grid_pull3", "affine_pull3"),
                  ("fb2d_grid_sample", "fb2d_pull1")]:
         if a in res and b in res:
-            print(f"ratio {a} / {b} (time): {res[a]['ms'] / res[b]['ms']:.2f}")
+            print(f"ratio {a} / {b} (time): {ratio(res[a]['ms'], res[b]['ms']):.2f}")
 
     print()
     print_table(rows, ["op", "ms", "GB/s", "of copy bw"])
@@ -278,11 +220,12 @@ def main(argv=None):
     summary = {}
     for case in ("smooth", "iid"):
         tag = f" [{case}]"
-        speed_pull = res["grid_sample" + tag]["ms"] / res["pull1" + tag]["ms"]
-        push_ratio = res["push1" + tag]["ms"] / res["pull1" + tag]["ms"]
-        speed_fb = res["fb_grid_sample" + tag]["ms"] / res["fb_pull1" + tag]["ms"]
-        push_ratio_off = res["push1_untiled" + tag]["ms"] / res["pull1" + tag]["ms"]
-        speed_fb_off = res["fb_grid_sample" + tag]["ms"] / res["fb_pull1_untiled" + tag]["ms"]
+        ms = {k[:-len(tag)]: v["ms"] for k, v in res.items() if k.endswith(tag)}
+        speed_pull = ratio(ms["grid_sample"], ms["pull1"])
+        push_ratio = ratio(ms["push1"], ms["pull1"])
+        speed_fb = ratio(ms["fb_grid_sample"], ms["fb_pull1"])
+        push_ratio_off = ratio(ms["push1_untiled"], ms["pull1"])
+        speed_fb_off = ratio(ms["fb_grid_sample"], ms["fb_pull1_untiled"])
         targets = [
             ("pull order 1 vs grid_sample (speedup)", speed_pull, ">= 1.2", speed_pull >= 1.2),
             ("push / pull (time ratio)", push_ratio, "<= 2.0", push_ratio <= 2.0),
@@ -302,8 +245,7 @@ def main(argv=None):
                              targets_met=all(t[3] for t in targets))
     out = dict(device=name, torch=torch.__version__, size=n, copy_gbs=bw, compile=compile_msg,
                rows=res, cases=summary)
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
+    write_json(args.json, out)
     return 0
 
 

@@ -13,63 +13,28 @@ peers a GPU user has at hand, all on the same device in the same run:
 - resize x2, cubic, edge anchor, prefilter: ours vs the twin;
 - restrict (the adjoint) of that resize, (2 * size)^3 -> size^3: ours vs the twin.
 
-Times are CUDA-event milliseconds, the minimum over --repeat runs after a warm-up. The
+Times are CUDA-event milliseconds, the minimum over --repeat runs after a warm-up (3 calls), ours
+timed before and after its peer (nitorch_jit.bench.measure). The
 effective bandwidth counts the input and output once. Exit status 0 (1 without a GPU).
 """
-import argparse
-import json
 import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import nitorch_jit as nj  # noqa: E402
-from nitorch_jit import backends  # noqa: E402
-from nitorch_jit.bench import print_table  # noqa: E402
-from nitorch_jit.ops.options import bound_codes  # noqa: E402
-from nitorch_jit.torch_impl import resize as twin_resize  # noqa: E402
-from nitorch_jit.torch_impl import splinc as twin_splinc  # noqa: E402
-
-
-def gpu_ms(fn, repeat, warmup=3):
-    for _ in range(warmup):
-        fn()
-    if not torch.cuda.is_available():  # --device cpu: a smoke run of the script itself
-        best = float("inf")
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn()
-            best = min(best, 1e3 * (time.perf_counter() - t))
-        return best
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(repeat):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        best = min(best, a.elapsed_time(b))
-    return best
+import nitorch_jit as nj
+from nitorch_jit.bench import backend_for, measure, open_device, ratio
+from nitorch_jit.bench.report import gpu_parser, print_table, write_json
+from nitorch_jit.ops.options import bound_codes
+from nitorch_jit.torch_impl import resize as twin_resize
+from nitorch_jit.torch_impl import splinc as twin_splinc
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=128)
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--json", help="also write the rows to this file")
-    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run)")
+    ap = gpu_parser(__doc__, size=128, repeat=20)
     args = ap.parse_args()
-    dev = torch.device(args.device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        print("bench_cuda_resize: no CUDA device", file=sys.stderr)
-        return 1
-    kinds = {m: backends.ensure(m, dev) for m in ("splinc", "resize")}
+    dev, name = open_device(args.device, "bench_cuda_resize")
+    kinds = {m: backend_for(m, dev) for m in ("splinc", "resize")}
     n, m = args.size, 2 * args.size
     torch.manual_seed(0)
     small = torch.randn(1, 1, n, n, n, device=dev)
@@ -77,7 +42,6 @@ def main():
     dct2 = bound_codes("dct2", 3)
     scale, shift = n / m, 0.5 * (n / m - 1)  # edge anchor, x2 (see nitorch_jit/ops/resize.py)
     geo = ([m] * 3, [scale] * 3, [shift] * 3)
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     print(f"bench_cuda_resize: {name}, torch {torch.__version__}, "
           f"backends {kinds}, float32, {n}^3 <-> {m}^3")
 
@@ -105,17 +69,18 @@ def main():
     ]
     rows, records = [], []
     for name, elems, ours, peers in cases:
-        t = gpu_ms(ours, args.repeat)
+        repeat = {"ours": args.repeat, **{p: max(3, args.repeat // 4) for p in peers}}
+        res = measure({"ours": ours, **peers}, repeat=repeat, warmup=3, device=dev, ours="ours")
+        t = res["ours"].best_ms
         gbs = elems * 4 / t / 1e6
         rows.append([name, "ours", f"{t:.3f}", f"{gbs:.0f}", ""])
         records.append({"case": name, "impl": "ours", "ms": t})
-        for pname, fn in peers.items():
-            tp = gpu_ms(fn, max(3, args.repeat // 4))
-            rows.append(["", pname, f"{tp:.3f}", "", f"{tp / t:.2f}x"])
-            records.append({"case": name, "impl": pname, "ms": tp, "ratio": tp / t})
+        for pname in peers:
+            tp, r = res[pname].best_ms, ratio(res[pname], res["ours"])
+            rows.append(["", pname, f"{tp:.3f}", "", f"{r:.2f}x"])
+            records.append({"case": name, "impl": pname, "ms": tp, "ratio": r})
     print_table(rows, ["case", "impl", "ms", "GB/s", "peer/ours"])
-    if args.json:
-        Path(args.json).write_text(json.dumps({"err_linear": err, "rows": records}, indent=1))
+    write_json(args.json, {"err_linear": err, "rows": records})
     return 0
 
 

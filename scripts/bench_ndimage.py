@@ -1,11 +1,12 @@
 """Speed of nitorch_jit.ndimage against scipy.ndimage, same calls, same NumPy data, one run.
 
     python scripts/bench_ndimage.py [--threads 2] [--size 128] [--affine-shape 256 256 176]
+        [--repeat 1]
 
 Each workload is one call of ours (after one warm-up call on a tiny array, which loads the
-compiled kernels) and one call of scipy's (single-threaded, as it runs), timed with the
-conversions from and to NumPy included (our functions take and return NumPy arrays). Also
-prints the largest difference between the two outputs. Goals (issue #12):
+compiled kernels) and one call of scipy's (single-threaded, as it runs; --repeat N: the best
+of N each), timed with the conversions from and to NumPy included (our functions take and
+return NumPy arrays). Also prints the largest difference between the two outputs. Goals (issue #12):
 
 | workload | goal vs scipy |
 |---|---|
@@ -16,16 +17,13 @@ prints the largest difference between the two outputs. Goals (issue #12):
 | spline_filter order 3, 128^3 | >= 5x |
 """
 import argparse
-import time
 
 import numpy as np
 import torch
 
-
-def timed(fn):
-    t = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t, out
+from nitorch_jit.bench import measure, ratio
+from nitorch_jit.bench.data import affine_matrix
+from nitorch_jit.bench.report import markdown_row, print_markdown
 
 
 def main():
@@ -33,6 +31,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--size", type=int, default=128)
     ap.add_argument("--affine-shape", type=int, nargs=3, default=[256, 256, 176])
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="timed calls of each (the best counts; default one, as it runs)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -49,10 +49,8 @@ def main():
     coords64 = np.indices((n, n, n), dtype=np.float64) + rng.uniform(-2, 2, (3, n, n, n))
     coords32 = coords64.astype(np.float32)
     big = rng.standard_normal(tuple(args.affine_shape)).astype(np.float32)
-    a = np.deg2rad(10)
-    rot = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
-    centre = (np.array(args.affine_shape) - 1) / 2
-    offset = centre - rot @ centre + [3.5, -2.25, 1.0]
+    aff = affine_matrix(args.affine_shape, 10, 1.0, (3.5, -2.25, 1.0), torch.float64).numpy()
+    rot, offset = aff[:, :3], aff[:, 3]
 
     # warm-up: load (or build) the kernels of every path
     w = rng.standard_normal((6, 6, 6))
@@ -77,15 +75,17 @@ def main():
           f"{nitorch_jit.compiled_backend}), torch {torch.__version__}, scipy {scipy.__version__}"
           f", numpy {np.__version__}; one run each, conversions counted")
     print()
-    print("| workload | scipy (s) | ours (s) | speed-up | goal | max abs diff |")
-    print("|---|---|---|---|---|---|")
+    print_markdown([], ["workload", "scipy (s)", "ours (s)", "speed-up", "goal", "max abs diff"])
     for name, fn, goal in work:
-        t_ours, o = timed(lambda: fn(nn))
-        t_scipy, s = timed(lambda: fn(sn))
+        t = measure({"ours": lambda: fn(nn), "scipy": lambda: fn(sn)}, repeat=args.repeat,
+                    warmup=0, keep_result=True)
+        o, s = t["ours"].result, t["scipy"].result
         diff = float(np.abs(o.astype(np.float64) - s.astype(np.float64)).max())
-        ratio = t_scipy / t_ours
-        print(f"| {name} | {t_scipy:.3f} | {t_ours:.3f} | {ratio:.1f}x | >= {goal}x "
-              f"{'ok' if ratio >= goal else 'MISSED'} | {diff:.1e} |", flush=True)
+        r = ratio(t["scipy"], t["ours"])
+        print(markdown_row([name, f"{t['scipy'].best_ms / 1e3:.3f}",
+                            f"{t['ours'].best_ms / 1e3:.3f}", f"{r:.1f}x",
+                            f">= {goal}x {'ok' if r >= goal else 'MISSED'}", f"{diff:.1e}"]),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 
     python scripts/bench_resize.py [--threads 2] [--size 128] [--repeat 7] [--interpol-3d]
 
+(a smoke run: --size 16 --repeat 1)
+
 Prints one table: wall time of each routine (min over --repeat runs in a row after a
-warm-up; ours is timed before and after its peers and the better block kept), the process
-CPU time of that best run, and the ratio peer / ours (wall).
+warm-up; ours is timed before and after its peers and the better block kept:
+nitorch_jit.bench.measure), the least process CPU time of those runs, and the ratio
+peer / ours (wall).
 
 Goals (issue): spline_coeff_nd order 3 >= 5x scipy.ndimage.spline_filter and >= 2.5x
 torch-interpol's; resize x2 cubic with prefilter (edge anchor) >= 3x torch-interpol's resize.
@@ -17,33 +20,12 @@ three dims (128^3 -> 256^3); torch-interpol's 3-D equivalent (factor=[2, 2, 2]) 
 minute here, so it is only timed with --interpol-3d, on a 64^3 volume.
 """
 import argparse
-import time
 
 import numpy as np
 import torch
 
-
-def bench(fns, repeat, warmup=2):
-    """{name: (best wall, cpu of that run)}: each callable warmed up and run `repeat` times in
-    a row; ours ("ours") is timed before and after its peers, and the better block is kept,
-    so that a burst of load from other processes does not decide the ratio."""
-    def block(fn):
-        for _ in range(warmup):
-            fn()
-        best = (float("inf"), 0.0)
-        for _ in range(repeat):
-            c, t = time.process_time(), time.perf_counter()
-            fn()
-            t, c = time.perf_counter() - t, time.process_time() - c
-            best = min(best, (t, c))
-        return best
-
-    res = {"ours": block(fns["ours"])}
-    for k, fn in fns.items():
-        if k != "ours":
-            res[k] = block(fn)
-    res["ours"] = min(res["ours"], block(fns["ours"]))
-    return res
+from nitorch_jit.bench import backend_for, measure, optional, ratio
+from nitorch_jit.bench.report import print_table
 
 
 def main():
@@ -57,36 +39,27 @@ def main():
     torch.set_num_threads(args.threads)
 
     import nitorch_jit
-    from nitorch_jit import backends
     from nitorch_jit.ops import resize as R
     from nitorch_jit.ops import splinc
 
-    try:
-        import interpol
-    except ImportError:
-        interpol = None
-    try:
-        import scipy.ndimage as ndi
-    except ImportError:
-        ndi = None
+    interpol, ndi = optional("interpol"), optional("scipy.ndimage")
 
     n = args.size
     torch.manual_seed(0)
     x = torch.randn(n, n, n)
     xn = x.numpy()
     xb = x[None, None]
-    kinds = {k: backends.ensure(k, "cpu") for k in ("splinc", "resize")}
+    kinds = {k: backend_for(k, "cpu") for k in ("splinc", "resize")}
     print(f"# {n}^3 float32, {torch.get_num_threads()} threads, torch {torch.__version__}, "
           f"nitorch_jit {nitorch_jit.__version__}, backends {kinds}")
     rows = []
 
     def add(title, ours_fn, peers, repeat=args.repeat):
         fns = {"ours": ours_fn, **{k: v[0] for k, v in peers.items()}}
-        res = bench(fns, repeat)
-        t0 = res["ours"][0]
+        res = measure(fns, repeat=repeat, warmup=2, ours="ours")
         rows.append((title, res["ours"], None, None))
         for k, (_, goal) in peers.items():
-            rows.append(("  " + k, res[k], res[k][0] / t0, goal))
+            rows.append(("  " + k, res[k], ratio(res[k], res["ours"]), goal))
 
     # ---- spline prefilter, order 3
     peers = {}
@@ -129,11 +102,12 @@ def main():
                 lambda: interpol.resize(xs, factor=[2, 2, 2], bound="dct2", **kw), None)},
             repeat=1)
 
-    print(f"{'routine':50s} {'wall ms':>9s} {'cpu ms':>9s} {'peer/ours':>10s} {'goal':>6s}")
-    for name, (t, c), ratio, goal in rows:
-        r = "" if ratio is None else f"{ratio:9.2f}x"
-        g = "" if goal is None else (f">={goal:g}x" + ("" if ratio >= goal else " MISSED"))
-        print(f"{name:50s} {1e3 * t:9.2f} {1e3 * c:9.2f} {r:>10s} {g}")
+    table = []
+    for name, t, r, goal in rows:
+        g = "" if goal is None else (f">={goal:g}x" + ("" if r >= goal else " MISSED"))
+        table.append((name, f"{t.best_ms:.2f}", f"{t.cpu_ms:.2f}",
+                      "" if r is None else f"{r:.2f}x", g))
+    print_table(table, ["routine", "wall ms", "cpu ms", "peer/ours", "goal"])
 
 
 if __name__ == "__main__":

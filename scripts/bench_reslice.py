@@ -8,7 +8,7 @@ SimpleITK writes 0 outside (its interpolators clamp at the edge), as reslice doe
 (extrapolate off), so that row runs ours without extrapolation and reports the agreement inside
 the field of view (order 3: 3 voxels inside, beyond the reach of the boundary condition).
 
-    python scripts/bench_reslice.py [--repeat 5] [--peer-repeat 2] [--threads 2]
+    python scripts/bench_reslice.py [--repeat 5] [--peer-repeat 2] [--threads 2] [--quick]
 
 SimpleITK (pip install SimpleITK) is optional: its rows are skipped when it is absent.
 """
@@ -22,46 +22,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-SHAPE = (256, 256, 176)
-
-
-def best(fn, repeat, warm=True):
-    if warm:
-        fn()  # first-use builds, caches
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
-
-
-def once(fn):
-    t = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t, out
-
-
-def workload():
-    rng = np.random.default_rng(0)
-    # a smooth image with detail (sum of random low-frequency waves plus noise)
-    axes = [np.linspace(0, 1, s, dtype=np.float32) for s in SHAPE]
-    data = np.zeros(SHAPE, np.float32)
-    for _ in range(4):
-        f = rng.uniform(1, 8, 3)
-        data += np.sin(f[0] * 6.28 * axes[0])[:, None, None] * \
-            np.cos(f[1] * 6.28 * axes[1])[None, :, None] * np.sin(f[2] * 6.28 * axes[2])
-    data += 0.1 * rng.standard_normal(SHAPE).astype(np.float32)
-    data = np.asfortranarray(data)  # the layout nibabel reads from disk
-    moving_aff = np.eye(4)
-    moving_aff[:3, 3] = -(np.array(SHAPE) - 1) / 2
-    t = np.deg2rad(10)
-    rot = np.eye(4)
-    rot[:2, :2] = [[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]]
-    target_aff = rot @ moving_aff
-    target_aff[:3, 3] += [3.3, -2.1, 1.7]
-    return data, moving_aff, target_aff
-
+from nitorch_jit.bench import measure, ratio
+from nitorch_jit.bench.data import RESLICE_SHAPE, reslice_workload
+from nitorch_jit.bench.report import print_markdown
 
 def to_sitk(sitk, data, affine):
     """A SimpleITK image of an [X, Y, Z] array with a RAS affine (ITK is LPS)."""
@@ -74,12 +37,12 @@ def to_sitk(sitk, data, affine):
     return img
 
 
-def inside_fov(moving_aff, target_aff, margin=0):
+def inside_fov(shape, moving_aff, target_aff, margin=0):
     vox = np.linalg.inv(moving_aff) @ target_aff
-    idx = np.stack(np.meshgrid(*[np.arange(s, dtype=np.float32) for s in SHAPE],
+    idx = np.stack(np.meshgrid(*[np.arange(s, dtype=np.float32) for s in shape],
                                indexing="ij"), -1)
     c = idx @ vox[:3, :3].T.astype(np.float32) + vox[:3, 3].astype(np.float32)
-    return ((c >= margin) & (c <= np.array(SHAPE) - 1 - margin)).all(-1)
+    return ((c >= margin) & (c <= np.array(shape) - 1 - margin)).all(-1)
 
 
 def rel(a, b, mask=None):
@@ -94,19 +57,25 @@ def main():
     p.add_argument("--repeat", type=int, default=5, help="runs of ours (the best counts)")
     p.add_argument("--peer-repeat", type=int, default=2, help="runs of each peer")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: a 32x32x22 image, one run of each")
     args = p.parse_args()
+    shape = tuple(s // 8 for s in RESLICE_SHAPE) if args.quick else RESLICE_SHAPE
+    if args.quick:
+        args.repeat = args.peer_repeat = 1
     torch.set_num_threads(args.threads)
     import nibabel as nib
     from nibabel.processing import resample_from_to
     import nitorch_jit as nj
     from nitorch_jit._reslice import run_cli
 
-    data, moving_aff, target_aff = workload()
+    data, moving_aff, target_aff = reslice_workload(shape)
     moving = nib.Nifti1Image(data, moving_aff)
-    target = (SHAPE, target_aff)
+    target = (shape, target_aff)
     # where SimpleITK and we both interpolate inside the image, away from the boundary
     # condition's reach (ITK's B-spline coefficients are mirrored, ours reflected: dct2)
-    inside = {1: inside_fov(moving_aff, target_aff), 3: inside_fov(moving_aff, target_aff, 3)}
+    inside = {1: inside_fov(shape, moving_aff, target_aff),
+              3: inside_fov(shape, moving_aff, target_aff, 3)}
     rows = []  # (what, ours, peer, peer time, ratio, agreement, goal)
     # Each peer's semantics outside the moving image: nibabel with mode reflect extrapolates
     # (ours with extrapolate on); SimpleITK writes its default value 0 there, as reslice does by
@@ -114,19 +83,20 @@ def main():
     ours, ours_zero = {}, {}
     for order in (1, 3):
         for ex, into in ((True, ours), (False, ours_zero)):
-            t, out = best(lambda: nj.reslice(moving, target, order=order, bound="dct2",
-                                              extrapolate=ex, log=lambda s: None), args.repeat)
-            into[order] = (t, out.get_fdata(dtype=np.float32))
-            print(f"nitorch_jit order {order}, extrapolate {ex}: {t * 1e3:.0f} ms",
+            t = measure(lambda: nj.reslice(moving, target, order=order, bound="dct2",
+                                           extrapolate=ex, log=lambda s: None),
+                        repeat=args.repeat, keep_result=True)
+            into[order] = (t.best_ms, t.result.get_fdata(dtype=np.float32))
+            print(f"nitorch_jit order {order}, extrapolate {ex}: {t.best_ms:.0f} ms",
                   file=sys.stderr)
     for order in (1, 3):
-        t, ref = best(lambda: resample_from_to(moving, target, order=order, mode="reflect"),
-                      args.peer_repeat, warm=False)
+        t = measure(lambda: resample_from_to(moving, target, order=order, mode="reflect"),
+                    repeat=args.peer_repeat, warmup=0, keep_result=True)
         goal = "≥ 20×" if order == 3 else ""
         rows.append((f"order {order}, extrapolated", ours[order][0],
                      "nibabel resample_from_to (scipy), "
-                     "mode reflect", t, goal, rel(ours[order][1], ref.get_fdata())))
-        print(f"nibabel order {order}: {t:.2f} s", file=sys.stderr)
+                     "mode reflect", t.best_ms, goal, rel(ours[order][1], t.result.get_fdata())))
+        print(f"nibabel order {order}: {t.best_ms / 1e3:.2f} s", file=sys.stderr)
     try:
         import SimpleITK as sitk
     except ImportError:
@@ -135,49 +105,48 @@ def main():
               file=sys.stderr)
     if sitk is not None:
         sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(args.threads)
-        smov, sref = to_sitk(sitk, data, moving_aff), to_sitk(sitk, np.zeros(SHAPE, np.float32),
+        smov, sref = to_sitk(sitk, data, moving_aff), to_sitk(sitk, np.zeros(shape, np.float32),
                                                              target_aff)
         ident = sitk.Transform(3, sitk.sitkIdentity)
         for order, interp, name, goal in ((1, sitk.sitkLinear, "linear", "≥ 5×"),
                                           (3, sitk.sitkBSpline, "B-spline order 3", "≥ 20×")):
             def run():
                 return sitk.Resample(smov, sref, ident, interp, 0.0, sitk.sitkFloat32)
-            t, res = best(run, args.peer_repeat, warm=False)
-            ref = sitk.GetArrayFromImage(res).T
+            t = measure(run, repeat=args.peer_repeat, warmup=0, keep_result=True)
+            ref = sitk.GetArrayFromImage(t.result).T
             rows.append((f"order {order}, zero outside", ours_zero[order][0],
                          f"SimpleITK {sitk.Version.VersionString()} Resample, {name}, "
-                         f"{args.threads} threads", t, goal,
+                         f"{args.threads} threads", t.best_ms, goal,
                          rel(ours_zero[order][1], ref, inside[order])))
-            print(f"SimpleITK {name}: {t:.2f} s", file=sys.stderr)
+            print(f"SimpleITK {name}: {t.best_ms / 1e3:.2f} s", file=sys.stderr)
 
-    print(f"\nreslice, {SHAPE[0]}x{SHAPE[1]}x{SHAPE[2]} float32, target rotated 10° and "
+    print(f"\nreslice, {shape[0]}x{shape[1]}x{shape[2]} float32, target rotated 10° and "
           f"shifted, torch {torch.__version__}, {args.threads} threads, "
           f"{time.strftime('%Y-%m-%d')}\n")
-    print("| order | nitorch_jit | peer | peer time | ratio | goal | max rel. difference |")
-    print("|---|---|---|---|---|---|---|")
-    for what, t, peer, pt, goal, diff in rows:
-        print(f"| {what} | {t * 1e3:.0f} ms | {peer} | {pt:.3f} s | {pt / t:.1f}× | {goal} | "
-              f"{diff:.1e} |")
+    print_markdown([(what, f"{t:.0f} ms", peer, f"{pt / 1e3:.3f} s", f"{ratio(pt, t):.1f}×", goal,
+                     f"{diff:.1e}") for what, t, peer, pt, goal, diff in rows],
+                   ["order", "nitorch_jit", "peer", "peer time", "ratio", "goal",
+                    "max rel. difference"])
 
     # the command end to end: read, resample, write
     with tempfile.TemporaryDirectory() as tmp:
         print("\ncommand end to end (`nitorch-jit reslice mov -t tgt --order 3 -o out`):\n")
-        print("| files | total | read | resample | write |")
-        print("|---|---|---|---|---|")
+        rows = []
         for ext in (".nii.gz", ".nii"):
             mov, tgt = os.path.join(tmp, "mov" + ext), os.path.join(tmp, "tgt" + ext)
             nib.save(moving, mov)
-            nib.save(nib.Nifti1Image(np.zeros(SHAPE, np.uint8), target_aff), tgt)
+            nib.save(nib.Nifti1Image(np.zeros(shape, np.uint8), target_aff), tgt)
             lines = []
             ns = SimpleNamespace(moving=[mov], target=tgt, transforms=None, displacement=None,
                                  order=3, bound="dct2", extrapolate=False, label=False,
                                  dtype=None, device="cpu", output=os.path.join(tmp, "o" + ext),
                                  suffix="_resliced")
-            total, _ = once(lambda: run_cli(ns, out=lines.append))
+            total = measure(lambda: run_cli(ns, out=lines.append), repeat=1, warmup=0).best_ms
             part = lines[-1].split("(read ")[1].rstrip(")").replace(" s", "").split(", ")
             read, res, write = (float(x.split()[-1]) for x in part)
-            print(f"| {ext} in and out | {total:.2f} s | {read:.2f} s | {res:.2f} s | "
-                  f"{write:.2f} s |")
+            rows.append((f"{ext} in and out", f"{total / 1e3:.2f} s", f"{read:.2f} s",
+                         f"{res:.2f} s", f"{write:.2f} s"))
+        print_markdown(rows, ["files", "total", "read", "resample", "write"])
     print("\nnibabel writes .gz at zlib level 1 (its default, the fastest level); gzip "
           "(read + write) is the difference between the two rows.")
 

@@ -2,11 +2,13 @@
 
     python scripts/bench_solvers.py [--threads 2] [--size 128] [--repeat 5] [--no-compile-time]
 
+(a smoke run: --size 16 --repeat 1 --no-compile-time)
+
 Workload (issue #9): a size^3 displacement field, float32, membrane 1e-3, bending 0.1,
 lame (0.05, 0.2), a full voxel-wise Hessian (6 values): the Gauss-Newton Hessian of
 registration, ∇I ∇Iᵀ of a smooth random image, zero outside a ball (an object in a field of
-view; see `data`); the FMG-vs-PCG row is repeated with that Hessian everywhere and with a
-random full-rank one. Rows:
+view; see nitorch_jit.bench.data.registration_data); the FMG-vs-PCG row is repeated with that
+Hessian everywhere and with a random full-rank one. Rows:
 
 - regulariser_grid, ours (the backend this process loads, normally C) against
   (a) the same operator written with torch.nn.functional.conv3d the way a user would
@@ -29,85 +31,14 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 
-KW = dict(membrane=1e-3, bending=0.1, lame=(0.05, 0.2))
-
-
-def _pack(full):
-    return torch.cat([full[..., [0, 1, 2], [0, 1, 2]], full[..., [0, 0, 1], [1, 2, 2]]], -1)
-
-
-def data(size, seed=0, hessian="registration"):
-    """v, g [1, *shape, 3] and a packed Hessian [1, *shape, 6].
-
-    'gauss-newton': the Gauss-Newton Hessian of registration, ∇I ∇Iᵀ of a smooth random image I
-    (noise blurred three times by a 5^3 box, unit variance): rank 1 in every voxel.
-    'registration' (the workload): the same, zero outside a centred ball of radius 0.35 size,
-    as when an object (a head) fills part of the field of view: there L alone holds the
-    smooth modes, which is what multigrid is for and what makes PCG slow.
-    'random': a aᵀ + 0.01 I with a ~ 0.1 N(0, 1), full rank everywhere: well conditioned."""
-    g = torch.Generator().manual_seed(seed)
-    shape = [size] * 3
-    v = torch.randn(shape + [3], generator=g)
-    grad = torch.randn(shape + [3], generator=g)
-    if hessian == "random":
-        a = torch.randn(shape + [3, 3], generator=g) * 0.1
-        h = _pack(a @ a.transpose(-1, -2) + 1e-2 * torch.eye(3))
-    else:
-        img = torch.randn([1, 1] + shape, generator=g)
-        for _ in range(3):
-            img = torch.nn.functional.avg_pool3d(
-                torch.nn.functional.pad(img, [2] * 6, mode="circular"), 5, stride=1)
-        img = (img / img.std())[0, 0]
-        grad_img = torch.stack([(img.roll(-1, d) - img.roll(1, d)) / 2 for d in range(3)], -1)
-        h = _pack(grad_img[..., :, None] * grad_img[..., None, :])
-        if hessian == "registration":
-            ax = torch.arange(size) - (size - 1) / 2
-            r = (ax[:, None, None] ** 2 + ax[None, :, None] ** 2 + ax[None, None, :] ** 2).sqrt()
-            h = h * (r < 0.35 * size)[..., None]
-    return v[None], grad[None], h[None].contiguous()
-
-
-def best_of(fn, repeat, warmup=1):
-    for _ in range(warmup):
-        fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def conv_operator():
-    """The regulariser as conv3d weights: (5^3 grouped, [3, 1, 5, 5, 5]) and (3->3, 3^3)."""
-    import nitorch_jit as nj
-    n = 9
-    diag = torch.zeros(3, 1, 5, 5, 5)
-    cross = torch.zeros(3, 3, 3, 3, 3)
-    for src in range(3):
-        e = torch.zeros(1, n, n, n, 3, dtype=torch.float64)
-        e[0, 4, 4, 4, src] = 1
-        col = nj.regulariser_grid(e, bound="dft", **KW)[0]  # column: out[dst] at offsets
-        # conv3d is a correlation: weight[dst, src, k] multiplies x[src, i + k - r]; the
-        # operator is symmetric, so its row at the centre is this column flipped
-        diag[src, 0] = col[2:7, 2:7, 2:7, src].flip([0, 1, 2]).float()
-        for dst in range(3):
-            if dst != src:
-                cross[dst, src] = col[3:6, 3:6, 3:6, dst].flip([0, 1, 2]).float()
-    return diag, cross
-
-
-def conv_regulariser(v, diag, cross):
-    x = v[0].movedim(-1, 0)[None]
-    out = torch.nn.functional.conv3d(torch.nn.functional.pad(x, [2] * 6, mode="circular"),
-                                     diag, groups=3)
-    out = out + torch.nn.functional.conv3d(torch.nn.functional.pad(x, [1] * 6, mode="circular"),
-                                           cross)
-    return out[0].movedim(0, -1)[None]
+from nitorch_jit.bench import backend_for, copy_bandwidth, measure, measure_process, ratio
+from nitorch_jit.bench.data import REG_KW as KW
+from nitorch_jit.bench.data import conv_operator, conv_regulariser
+from nitorch_jit.bench.data import registration_data as data
+from nitorch_jit.bench.report import print_table
 
 
 def residual(x, g, h):
@@ -123,10 +54,11 @@ def time_fmg_to(g, h, target, max_cycles=12):
     best = (float("inf"), "not reached", float("nan"))
     for optim, nb_iter in (("cg", 2), ("cg", 4), ("relax", 2)):
         for cycles in range(1, max_cycles + 1):
-            t = time.perf_counter()
-            x = nj.solve_grid_fmg(h, g, nb_cycles=cycles, optim=optim, nb_iter=nb_iter, **KW)
-            t = time.perf_counter() - t
-            res = residual(x, g, h)
+            run = measure(lambda: nj.solve_grid_fmg(h, g, nb_cycles=cycles, optim=optim,
+                                                    nb_iter=nb_iter, **KW),
+                          repeat=1, warmup=0, keep_result=True)
+            t = run.best_ms / 1e3
+            res = residual(run.result, g, h)
             if res <= target:
                 if t < best[0]:
                     best = (t, f"{optim}, nb_iter={nb_iter}, nb_cycles={cycles}", res)
@@ -136,22 +68,22 @@ def time_fmg_to(g, h, target, max_cycles=12):
 
 def time_pcg_to(g, h, target, max_iter=20000):
     import nitorch_jit as nj
-    t = time.perf_counter()
-    x = nj.solve_grid(h, g, max_iter=max_iter, tolerance=target, **KW)
-    t = time.perf_counter() - t
-    return t, residual(x, g, h)
+    run = measure(lambda: nj.solve_grid(h, g, max_iter=max_iter, tolerance=target, **KW),
+                  repeat=1, warmup=0, keep_result=True)
+    return run.best_ms / 1e3, residual(run.result, g, h)
 
 
-def measure(size, repeat, which):
+def measure_backend(size, repeat, which):
     """Timings of this process's backend: {'reg': s, 'fmg': s, 'fmg_res': r}."""
     import nitorch_jit as nj
     v, g, h = data(size)
     out = {}
     nj.regulariser_grid(v[..., :4, :4, :4, :], **KW)  # load / compile outside the timing
     if "reg" in which:
-        out["reg"] = best_of(lambda: nj.regulariser_grid(v, **KW), repeat)
+        out["reg"] = measure(lambda: nj.regulariser_grid(v, **KW), repeat=repeat).best_ms / 1e3
     if "fmg" in which:
-        out["fmg"] = best_of(lambda: nj.solve_grid_fmg(h, g, **KW), max(1, repeat // 2))
+        out["fmg"] = measure(lambda: nj.solve_grid_fmg(h, g, **KW),
+                             repeat=max(1, repeat // 2)).best_ms / 1e3
         out["fmg_res"] = residual(nj.solve_grid_fmg(h, g, **KW), g, h)
     return out
 
@@ -165,12 +97,14 @@ def subprocess_torch(size, repeat, which):
 
 
 def compile_time():
+    """The first-use build of the regsolve CPU module in a fresh process and cache (the build
+    alone, timed in that process)."""
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NI_JIT_CACHE_DIR=cache)
-        code = ("import time, nitorch_jit.backends as b; t = time.perf_counter(); "
-                "b.load_module('regsolve', 'cpu'); print(time.perf_counter() - t)")
-        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True)
+        code = ("from nitorch_jit.bench import backend_for, stopwatch\n"
+                "with stopwatch() as sw:\n"
+                "    backend_for('regsolve', 'cpu', require_compiled=True)\n"
+                "print(sw.wall_ms / 1e3)")
+        res = measure_process([sys.executable, "-c", code], env={"NI_JIT_CACHE_DIR": cache})
         if res.returncode:
             return f"failed: {res.stderr.strip().splitlines()[-1]}"
         return f"{float(res.stdout.strip().splitlines()[-1]):.1f} s"
@@ -186,15 +120,13 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.worker:
-        print(json.dumps(measure(args.size, args.repeat, args.worker.split(","))))
+        print(json.dumps(measure_backend(args.size, args.repeat, args.worker.split(","))))
         return 0
 
     import nitorch_jit as nj
-    from nitorch_jit import backends
-    from nitorch_jit.bench import print_table
     v, g, h = data(args.size)
-    ours = measure(args.size, args.repeat, ["reg", "fmg"])
-    name = backends.status().get(("regsolve", "cpu"), ("?",))[0]
+    ours = measure_backend(args.size, args.repeat, ["reg", "fmg"])
+    name = backend_for("regsolve", "cpu")
     print(f"bench_solvers: {args.size}^3 x 3 float32 grid, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, ours = {name}", flush=True)
 
@@ -202,11 +134,9 @@ def main():
     ref = conv_regulariser(v, diag, cross)
     mine = nj.regulariser_grid(v, **KW)
     err = float((ref - mine).abs().max() / mine.abs().max())
-    t_conv = best_of(lambda: conv_regulariser(v, diag, cross), args.repeat)
+    t_conv = measure(lambda: conv_regulariser(v, diag, cross), repeat=args.repeat).best_ms / 1e3
     # copy bandwidth on 256 MB, well beyond the caches (a 25 MB copy runs from L3 here)
-    big = torch.ones(64 * 2 ** 20)  # written: an untouched buffer reads the zero page
-    big_dst = torch.empty_like(big)
-    copy_rate = 2 * big.numel() * 4 / best_of(lambda: big_dst.copy_(big), args.repeat)
+    copy_rate = copy_bandwidth("cpu", args.repeat, 1 << 28) * 1e9
     nbytes = 2 * v.numel() * v.element_size()
 
     twin = subprocess_torch(args.size, max(1, args.repeat // 2), ["reg", "fmg"])
@@ -219,22 +149,23 @@ def main():
 
     rows = [
         ("regulariser_grid", f"{ours['reg'] * 1e3:.1f} ms", "conv3d (grouped 5^3 + 3x3 cross)",
-         f"{t_conv * 1e3:.1f} ms", f"{t_conv / ours['reg']:.1f}x", f"max rel diff {err:.1e}"),
+         f"{t_conv * 1e3:.1f} ms", f"{ratio(t_conv, ours['reg']):.1f}x", f"max rel diff {err:.1e}"),
         ("regulariser_grid", f"{ours['reg'] * 1e3:.1f} ms", "TORCH backend",
-         f"{twin['reg'] * 1e3:.1f} ms", f"{twin['reg'] / ours['reg']:.1f}x", ""),
+         f"{twin['reg'] * 1e3:.1f} ms", f"{ratio(twin['reg'], ours['reg']):.1f}x", ""),
         ("regulariser_grid bandwidth", f"{nbytes / ours['reg'] / 1e9:.2f} GB/s",
          "copy_ (256 MB)", f"{copy_rate / 1e9:.2f} GB/s",
          f"{nbytes / ours['reg'] / copy_rate:.2f} of copy", "read v + write Lv"),
         ("solve_grid_fmg (defaults)", f"{ours['fmg'] * 1e3:.0f} ms", "TORCH backend",
-         f"{twin['fmg'] * 1e3:.0f} ms", f"{twin['fmg'] / ours['fmg']:.1f}x",
+         f"{twin['fmg'] * 1e3:.0f} ms", f"{ratio(twin['fmg'], ours['fmg']):.1f}x",
          f"residual {ours['fmg_res']:.1e} / {twin['fmg_res']:.1e}"),
         ("to residual 1e-3: FMG", f"{t_fmg_to * 1e3:.0f} ms ({setting})", "PCG",
-         f"{t_pcg_to * 1e3:.0f} ms", f"{t_pcg_to / t_fmg_to:.1f}x",
+         f"{t_pcg_to * 1e3:.0f} ms", f"{ratio(t_pcg_to, t_fmg_to):.1f}x",
          f"residual {res_fmg:.1e} / {res_pcg:.1e}"),
     ]
     for kind, (tf, setting_k, rf), (tp, rp) in others:
         rows.append((f"same, {kind} Hessian", f"{tf * 1e3:.0f} ms ({setting_k})", "PCG",
-                     f"{tp * 1e3:.0f} ms", f"{tp / tf:.1f}x", f"residual {rf:.1e} / {rp:.1e}"))
+                     f"{tp * 1e3:.0f} ms", f"{ratio(tp, tf):.1f}x",
+                     f"residual {rf:.1e} / {rp:.1e}"))
     if not args.no_compile_time:
         rows.append(("first-use compile, regsolve CPU", compile_time(), "", "", "",
                      "fresh cache"))

@@ -297,15 +297,17 @@ def _solve(p, gradient, method, **opts):
     return p.restore(x)
 
 
-def _field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
-                   voxel_size, bound):
+def field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
+                  voxel_size, bound):
+    """The checked Problem of solve_field's arguments (benchmarks time its solves)."""
     p = _reg.Problem(gradient, hessian, weights, dim, absolute, membrane, bending, 0, factor,
                      voxel_size, bound, False, "gradient")
     return p
 
 
-def _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
-                  voxel_size, bound):
+def grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
+                 voxel_size, bound):
+    """The checked Problem of solve_grid's arguments (benchmarks time its solves)."""
     return _reg.Problem(gradient, hessian, weights, None, absolute, membrane, bending, lame,
                         factor, voxel_size, bound, True, "gradient")
 
@@ -313,11 +315,51 @@ def _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame,
 # ----------------------------------------------------------------------------- public API
 # the parameters the solvers' docstrings share (ops/docfill.py places them)
 docfill_register(
-    field_problem="hessian : tensor [*batch, K, *spatial] or None\n    Voxel-wise Hessian H, K = 1, C or C(C+1)/2 (diagonal, then upper triangle).\ngradient : tensor [*batch, C, *spatial]\n    Right-hand side g.\nweights : tensor [*batch, 1|C, *spatial], optional\n    Voxel weights of the regulariser (absolute and membrane only).\ndim : int, optional\n    Number of spatial dims (default ``min(gradient.dim() - 1, 3)``).\nabsolute, membrane, bending : float or list[float], >= 0\nfactor : float or list[float]\nvoxel_size : float or list[float]\nbound : str or BoundType, or a list of them, default 'dct2' (dct1 and replicate are\n    refused)",
-    grid_problem="hessian : tensor [*batch, *spatial, K] or None\n    Voxel-wise Hessian, K = 1, D or D(D+1)/2.\ngradient : tensor [*batch, *spatial, D]\n    Right-hand side, in voxels.\nabsolute, membrane, bending : float, >= 0\nlame : float or (float, float)\n    Linear elasticity (shear, div).\nfactor : float\nvoxel_size : float or list[float]\nbound : str or BoundType, or a list of them, default 'dft'\nweights : tensor [*batch, *spatial], optional\n    Voxel weights (absolute and membrane only).",
-    cg_options="optim : {'cg', 'relax'}\n    Preconditioned conjugate gradients or coloured Gauss–Seidel.\nmax_iter : int >= 1\ntolerance : float, stop when ||g - (H+L)x|| <= tolerance * ||g||; the best iterate is\n    returned if it is not reached.",
-    fmg_options="optim : {'cg', 'relax'}\n    Smoother of the V-cycles.\nnb_cycles : int >= 1, V-cycles per level\nnb_iter : int >= 1, smoothing iterations before and after each coarse correction\nmax_levels : int >= 1, default 16\n    Most levels of the pyramid, the finest included (coarsening also stops once every\n    dim is 4 or less); with 1, the coarse solver (CG to 1e-10, or a direct solve on\n    small grids) runs at full resolution.",
-    solver_returns='tensor, the solution x, shaped like `gradient`. Differentiable with respect to\n`gradient`, `hessian` and `weights` (implicit differentiation: one more solve).')
+    field_problem="""\
+hessian : tensor [*batch, K, *spatial] or None
+    Voxel-wise Hessian H, K = 1, C or C(C+1)/2 (diagonal, then upper triangle).
+gradient : tensor [*batch, C, *spatial]
+    Right-hand side g.
+weights : tensor [*batch, 1|C, *spatial], optional
+    Voxel weights of the regulariser (absolute and membrane only).
+dim : int, optional
+    Number of spatial dims (default ``min(gradient.dim() - 1, 3)``).
+absolute, membrane, bending : float or list[float], >= 0
+factor : float or list[float]
+voxel_size : float or list[float]
+bound : str or BoundType, or a list of them, default 'dct2' (dct1 and replicate are
+    refused)""",
+    grid_problem="""\
+hessian : tensor [*batch, *spatial, K] or None
+    Voxel-wise Hessian, K = 1, D or D(D+1)/2.
+gradient : tensor [*batch, *spatial, D]
+    Right-hand side, in voxels.
+absolute, membrane, bending : float, >= 0
+lame : float or (float, float)
+    Linear elasticity (shear, div).
+factor : float
+voxel_size : float or list[float]
+bound : str or BoundType, or a list of them, default 'dft'
+weights : tensor [*batch, *spatial], optional
+    Voxel weights (absolute and membrane only).""",
+    cg_options="""\
+optim : {'cg', 'relax'}
+    Preconditioned conjugate gradients or coloured Gauss–Seidel.
+max_iter : int >= 1
+tolerance : float, stop when ||g - (H+L)x|| <= tolerance * ||g||; the best iterate is
+    returned if it is not reached.""",
+    fmg_options="""\
+optim : {'cg', 'relax'}
+    Smoother of the V-cycles.
+nb_cycles : int >= 1, V-cycles per level
+nb_iter : int >= 1, smoothing iterations before and after each coarse correction
+max_levels : int >= 1, default 16
+    Most levels of the pyramid, the finest included (coarsening also stops once every
+    dim is 4 or less); with 1, the coarse solver (CG to 1e-10, or a direct solve on
+    small grids) runs at full resolution.""",
+    solver_returns="""\
+tensor, the solution x, shaped like `gradient`. Differentiable with respect to
+`gradient`, `hessian` and `weights` (implicit differentiation: one more solve).""")
 
 
 @docfill
@@ -343,7 +385,7 @@ def solve_field(hessian, gradient, weights=None, dim=None, absolute=0, membrane=
     >>> x.shape
     torch.Size([2, 32, 32, 32])
     """
-    p = _field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
+    p = field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
                        voxel_size, bound)
     return _solve(p, gradient, _check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
                   tolerance=_check_tol(tolerance))
@@ -373,7 +415,7 @@ def solve_grid(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0, fac
     >>> x.shape
     torch.Size([1, 32, 32, 32, 3])
     """
-    p = _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
+    p = grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
                       voxel_size, bound)
     return _solve(p, gradient, _check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
                   tolerance=_check_tol(tolerance))
@@ -403,7 +445,7 @@ def solve_field_fmg(hessian, gradient, weights=None, dim=None, absolute=0, membr
     >>> x.shape
     torch.Size([2, 32, 32, 32])
     """
-    p = _field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
+    p = field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
                        voxel_size, bound)
     return _solve(p, gradient, "fmg", optim=_check_optim(optim),
                   nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
@@ -435,7 +477,7 @@ def solve_grid_fmg(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0,
     >>> x.shape
     torch.Size([1, 32, 32, 32, 3])
     """
-    p = _grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
+    p = grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
                       voxel_size, bound)
     return _solve(p, gradient, "fmg", optim=_check_optim(optim),
                   nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
@@ -467,7 +509,7 @@ def solve_field_closedform(hessian, gradient, weights=None, dim=None, absolute=0
     >>> bool(torch.allclose(x, g / (h + 1)))
     True
     """
-    p = _field_problem(hessian, gradient, weights, dim, absolute, 0, 0, factor, 1, "dct2")
+    p = field_problem(hessian, gradient, weights, dim, absolute, 0, 0, factor, 1, "dct2")
     return _solve(p, gradient, "closedform")
 
 
@@ -495,7 +537,7 @@ def solve_grid_closedform(hessian, gradient, weights=None, absolute=0, voxel_siz
     >>> bool(torch.allclose(x, g / (h + 1)))
     True
     """
-    p = _grid_problem(hessian, gradient, weights, absolute, 0, 0, 0, factor, voxel_size, "dft")
+    p = grid_problem(hessian, gradient, weights, absolute, 0, 0, 0, factor, voxel_size, "dft")
     return _solve(p, gradient, "closedform")
 
 

@@ -1,90 +1,78 @@
 """`nitorch-jit bench`: compile on first use, then time the C and TORCH kernels and grid_sample
-on one synthetic 3-D volume, check they agree, and print a table. Also timing helpers shared by
-the scripts under scripts/.
-"""
+on one synthetic 3-D volume, check they agree, and print a table."""
 import sys
-import time
 
 import torch
 
-
-def timeit(fn, repeat=5, warmup=1):
-    """Minimum wall time of fn() in milliseconds (CUDA synchronised)."""
-    for _ in range(warmup):
-        fn()
-    best = float("inf")
-    for _ in range(repeat):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t)
-    return best * 1e3
-
-
-def synthetic(size, dim=3, dtype=torch.float32, device="cpu", disp=2.0, channels=1, seed=0):
-    """A smooth random volume [1, C, *size^dim] and a grid = identity + uniform(-disp, disp)."""
-    from .ops.pushpull import identity_grid
-    g = torch.Generator().manual_seed(seed)
-    shape = [size] * dim
-    img = torch.randn([1, channels] + shape, generator=g, dtype=dtype).to(device)
-    grid = identity_grid(shape, dtype=dtype) + (torch.rand(shape + [dim], generator=g, dtype=dtype) * 2 - 1) * disp
-    return img, grid.unsqueeze(0).to(device)
-
-
-def voxel_to_grid_sample(grid, shape):
-    """Voxel coordinates (tensor order) -> grid_sample's [-1, 1] coordinates (x = last dim)."""
-    scale = torch.tensor([2.0 / (s - 1) for s in shape], dtype=grid.dtype, device=grid.device)
-    return (grid * scale - 1).flip(-1)
-
-
-def print_table(rows, headers):
-    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
-    print(line)
-    print("-" * len(line))
-    for r in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+from . import backend_for, measure, ratio, stopwatch
+from .data import REG_KW, synthetic, voxel_to_grid_sample
+from .report import print_table
 
 
 def run_bench(size=128, threads=None, repeat=5, modules=("pushpull",)):
-    """Time the compiled kernels of `modules` against their pure-PyTorch twins and peers."""
+    """Time the compiled kernels of `modules` against their pure-PyTorch twins and peers.
+
+    Parameters
+    ----------
+    size : int
+        Edge of the 3-D volume.
+    threads : int, optional
+        ``torch.set_num_threads`` (default: torch's).
+    repeat : int
+        Timed runs of ours (the TORCH twin: half as many); the best counts.
+    modules : sequence of str
+        Any of 'pushpull', 'splinc', 'resize', 'regsolve'.
+
+    Returns
+    -------
+    int
+        The exit status (0).
+
+    Examples
+    --------
+    >>> from nitorch_jit.bench import run_bench
+    >>> run_bench(size=8, repeat=1)  # doctest: +SKIP
+    0
+    """
+    if threads:
+        torch.set_num_threads(threads)
     status = 0
     if "pushpull" in modules:
-        status |= _bench_pushpull(size, threads, repeat)
+        status |= _bench_pushpull(size, repeat)
     if "splinc" in modules or "resize" in modules:
-        status |= _bench_resize(size, threads, repeat, modules)
+        status |= _bench_resize(size, repeat, modules)
     if "regsolve" in modules:
-        status |= _bench_regsolve(size, threads, repeat)
+        status |= _bench_regsolve(size, repeat)
     return status
 
 
-def _bench_regsolve(size, threads, repeat):
+def _c_and_twin(ours, twin, repeat):
+    """{'C': Timing, 'TORCH': Timing}: C timed before and after its twin, the twin half as
+    often."""
+    return measure({"C": ours, "TORCH": twin}, repeat={"C": repeat, "TORCH": max(1, repeat // 2)},
+                   ours="C")
+
+
+def _bench_regsolve(size, repeat):
     """regulariser_grid and solve_grid_fmg (issue workload), C against the TORCH twin run in
     this process on the same data (scripts/bench_solvers.py adds conv3d and PCG)."""
-    from . import backends as backend
-    from .ops import regularisers as R
-    from .ops import solvers as S
-    from .torch_impl import regsolve as twin
-    if threads:
-        torch.set_num_threads(threads)
+    from ..ops import regularisers as R
+    from ..ops import solvers as S
+    from ..torch_impl import regsolve as twin
     print(f"nitorch-jit bench: regularisers / FMG, {size}^3 x 3 float32 displacement grid, "
           f"membrane 1e-3, bending 0.1, lame (0.05, 0.2), full Hessian, "
           f"{torch.get_num_threads()} threads", flush=True)
-    kw = dict(membrane=1e-3, bending=0.1, lame=(0.05, 0.2))
+    kw = REG_KW
     g = torch.Generator().manual_seed(0)
     shape = [size] * 3
     v = torch.randn([1] + shape + [3], generator=g)
     h = torch.cat([torch.rand([1] + shape + [3], generator=g) + 0.01,
                    torch.zeros([1] + shape + [3])], -1)
-    t0 = time.perf_counter()
-    name = backend.ensure("regsolve", "cpu")
-    R.regulariser_grid(v[:, :4, :4, :4], **kw)
-    print(f"  regsolve CPU backend: {name} (ready in {time.perf_counter() - t0:.1f} s)",
-          flush=True)
-    p = S._grid_problem(h, v, None, 0, kw["membrane"], kw["bending"], kw["lame"], 1, 1, "dft")
+    with stopwatch() as sw:
+        name = backend_for("regsolve", "cpu")
+        R.regulariser_grid(v[:, :4, :4, :4], **kw)
+    print(f"  regsolve CPU backend: {name} (ready in {sw.wall_ms / 1e3:.1f} s)", flush=True)
+    p = S.grid_problem(h, v, None, 0, kw["membrane"], kw["bending"], kw["lame"], 1, 1, "dft")
     period = R.colour_periods(p.taps, p.shape, p.bound)
 
     def fmg(kernels):
@@ -98,21 +86,19 @@ def _bench_regsolve(size, threads, repeat):
     for label, ours, peer, n in [("regulariser_grid", ours_reg, twin_reg, repeat),
                                  ("solve_grid_fmg", lambda: fmg(None), lambda: fmg(twin),
                                   max(1, repeat // 2))]:
-        tc, tt = timeit(ours, n), timeit(peer, n)
-        rows.append((label, f"{tc:.1f} ms", f"{tt:.1f} ms", f"{tt / tc:.1f}x"))
+        t = measure({"C": ours, "TORCH": peer}, repeat=n, ours="C")
+        rows.append((label, f"{t['C'].best_ms:.1f} ms", f"{t['TORCH'].best_ms:.1f} ms",
+                     f"{ratio(t['TORCH'], t['C']):.1f}x"))
     print_table(rows, ["routine", name, "TORCH", "speed-up"])
     print(f"  max |C - TORCH| of the operator: {err:.2e}")
     return 0
 
 
-def _bench_resize(size, threads, repeat, modules):
-    from . import backends as backend
-    from .ops import resize as R
-    from .ops import splinc as S
-    from .torch_impl import resize as torch_rs
-    from .torch_impl import splinc as torch_sc
-    if threads:
-        torch.set_num_threads(threads)
+def _bench_resize(size, repeat, modules):
+    from ..ops import resize as R
+    from ..ops import splinc as S
+    from ..torch_impl import resize as torch_rs
+    from ..torch_impl import splinc as torch_sc
     print(f"nitorch-jit bench: prefilter / resize, {size}^3 float32 volume, "
           f"{torch.get_num_threads()} threads", flush=True)
     torch.manual_seed(0)
@@ -133,27 +119,26 @@ def _bench_resize(size, threads, repeat, modules):
     rows = []
     for label, module, ours, twin in cases:
         try:
-            backend.load_module(module, "cpu")
-            t_c = timeit(ours, repeat)
+            backend_for(module, "cpu", require_compiled=True)
+            t = _c_and_twin(ours, twin, repeat)
             diff = f"C-TORCH {(ours() - twin()).abs().max().item():.1e}"
         except Exception as e:  # report, then time what can be timed
             print(f"C kernels of {module} unavailable: {e}", file=sys.stderr)
-            t_c, diff = float("nan"), "-"
-        t_t = timeit(twin, max(1, repeat // 2))
-        rows.append((label, f"{t_c:.1f}", f"{t_t:.1f}", f"{t_t / t_c:.1f}x", diff))
+            t = {"C": None, "TORCH": measure(twin, repeat=max(1, repeat // 2))}
+            diff = "-"
+        t_c = t["C"].best_ms if t["C"] else float("nan")
+        rows.append((label, f"{t_c:.1f}", f"{t['TORCH'].best_ms:.1f}",
+                     f"{ratio(t['TORCH'], t['C']):.1f}x", diff))
     print_table(rows, ["op", "C ms", "TORCH ms", "C vs TORCH", "max abs diff"])
     return 0
 
 
-def _bench_pushpull(size, threads, repeat):
-    from . import backends as backend
-    from .torch_impl import pushpull as torch_pp
-    if threads:
-        torch.set_num_threads(threads)
+def _bench_pushpull(size, repeat):
+    from ..torch_impl import pushpull as torch_pp
     print(f"nitorch-jit bench: {size}^3 float32 volume, displacement +-2 voxels, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}", flush=True)
     try:
-        backend.load_module("pushpull", "cpu")  # shows the progress line on a first build
+        backend_for("pushpull", "cpu", require_compiled=True)  # the progress line of a build
         have_c = True
     except Exception as e:  # report, then time what can be timed
         print(f"C kernels unavailable: {e}", file=sys.stderr)
@@ -166,7 +151,7 @@ def _bench_pushpull(size, threads, repeat):
     def gs():
         return torch.nn.functional.grid_sample(img, gs_grid, mode="bilinear", padding_mode="border",
                                                align_corners=True)
-    t_gs = timeit(gs, repeat)
+    t_gs = measure(gs, repeat=repeat)
     ref = gs()
     rows = []
     for label, order, op in [("pull linear", 1, "pull"), ("pull cubic", 3, "pull"),
@@ -176,16 +161,20 @@ def _bench_pushpull(size, threads, repeat):
             args = (img, grid, list(img.shape[2:]), [order] * 3, bound, extrap)
         c_fn = (lambda a=args, o=op: getattr(ops, f"grid_{o}")(*a)) if have_c else None
         t_fn = lambda a=args, o=op: getattr(torch_pp, f"grid_{o}")(*a)  # noqa: E731
-        t_c = timeit(c_fn, repeat) if c_fn else float("nan")
-        t_t = timeit(t_fn, max(1, repeat // 2))
+        if c_fn:
+            t = _c_and_twin(c_fn, t_fn, repeat)
+        else:
+            t = {"C": None, "TORCH": measure(t_fn, repeat=max(1, repeat // 2))}
+        t_c = t["C"].best_ms if t["C"] else float("nan")
         agree = "-"
         if c_fn:
             diff = (c_fn() - t_fn()).abs().max().item()
             agree = f"C-TORCH {diff:.1e}"
             if label == "pull linear":
                 agree += f", C-grid_sample {(c_fn() - ref).abs().max().item():.1e}"
-        rows.append((label, f"{t_c:.1f}", f"{t_t:.1f}", f"{t_t / t_c:.1f}x",
-                     f"{t_gs / t_c:.1f}x" if label == "pull linear" else "", agree))
-    rows.append(("grid_sample linear", "", "", "", "1.0x", f"{t_gs:.1f} ms"))
+        rows.append((label, f"{t_c:.1f}", f"{t['TORCH'].best_ms:.1f}",
+                     f"{ratio(t['TORCH'], t_c):.1f}x",
+                     f"{ratio(t_gs, t_c):.1f}x" if label == "pull linear" else "", agree))
+    rows.append(("grid_sample linear", "", "", "", "1.0x", f"{t_gs.best_ms:.1f} ms"))
     print_table(rows, ["op", "C ms", "TORCH ms", "C vs TORCH", "C vs grid_sample", "max abs diff"])
     return 0
