@@ -116,7 +116,7 @@ def cmd_info(args):
                 continue
             which, why = backends.preview(m, d)
             print(f"  {d:5s} {m:10s} {which}: {why}")
-    knobs = ", ".join(f"{k}={int(v) if k == 'push_buffer_mb' else ('on' if v else 'off')}"
+    knobs = ", ".join(f"{k}={('on' if v else 'off') if isinstance(v, bool) else int(v)}"
                       for k, v in backends.tuning.current().items())
     print(f"tuning knobs (from NI_JIT_* variables; README: Environment variables)\n  {knobs}")
     ok, line = backends.monai.describe()

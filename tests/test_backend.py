@@ -84,6 +84,9 @@ def test_cli_info_build_list_clear(tmp_path):
     for word in ("toolchain", "c++", "ninja", "cache", str(root), "key of this environment",
                  "backend per device", "pushpull", "compiles on first use (no cached build)"):
         assert word in info.stdout, word
+    from nitorch_jit.backends import tuning  # sizes as numbers, switches as on/off
+    assert f"output_cache_mb={tuning.current()['output_cache_mb']}," in info.stdout
+    assert f"avx2={'on' if tuning.current()['avx2'] else 'off'}," in info.stdout
     build = run(cli + ["build", "--no-cuda", "pushpull"], root)
     assert build.returncode == 0, build.stderr
     assert "compiling module 'pushpull'" in build.stderr
