@@ -21,7 +21,7 @@ from .ops.library import MODULES
 
 _PKG = Path(__file__).resolve().parent
 # installed wheel: nitorch_jit/csrc; source checkout / editable install: <repo>/csrc
-CSRC = _PKG / "csrc" if (_PKG / "csrc" / "include").is_dir() else _PKG.parent / "csrc"
+CSRC = _PKG / "csrc" if (_PKG / "csrc" / "core").is_dir() else _PKG.parent / "csrc"
 
 BACKENDS = ("C", "TORCH", "MONAI")
 _ALIASES = {"C": "C", "TORCH": "TORCH", "TS": "TORCH", "MONAI": "MONAI"}
@@ -47,26 +47,28 @@ def requested():
 
 
 def module_spec(module, device_type, archs=None):
-    """Describe the library of `module` for `device_type` ('cpu' or 'cuda')."""
+    """Describe the library of `module` for `device_type` ('cpu' or 'cuda'): the sources of
+    csrc/<module>/cpu/*.cpp or csrc/<module>/cuda/*.cu; headers are included from csrc/
+    ("core/bounds.h", "<module>/point.h")."""
     folder = CSRC / module
     if not folder.is_dir():
         raise BackendError(f"no sources for module {module!r} in {CSRC}")
     if device_type == "cpu":
-        sources = sorted(folder.glob("*.cpp"))
+        sources = sorted((folder / "cpu").glob("*.cpp"))
         omp = toolchain.openmp_flags()
         # no -std flag: torch adds the standard its headers need (c++17 up to 2.x, c++20 later)
-        return jit.ModuleSpec(module, "cpu", sources, [CSRC / "include", folder],
+        return jit.ModuleSpec(module, "cpu", sources, [CSRC],
                               cflags=["-O3"] + omp, ldflags=list(omp))
     if device_type == "cuda":
         if not toolchain.cuda_enabled():
             raise toolchain.ToolchainError("CUDA builds are off (NI_USE_CUDA=0)")
-        sources = sorted(folder.glob("*.cu"))
+        sources = sorted((folder / "cuda").glob("*.cu"))
         if not sources:
             raise BackendError(f"module {module!r} has no CUDA sources yet")
         archs = toolchain.parse_arch_list(archs)
         # no -std for nvcc: torch.utils.cpp_extension adds the standard its torch needs
         # (c++17, or c++20 from torch 2.14 on, whose headers reject c++17)
-        return jit.ModuleSpec(module, "cuda", sources, [CSRC / "include", folder],
+        return jit.ModuleSpec(module, "cuda", sources, [CSRC],
                               cflags=["-O3"],
                               cuda_cflags=["-O3", "--expt-relaxed-constexpr"]
                               + toolchain.arch_flags(archs),

@@ -15,7 +15,7 @@ from .ops.library import MODULES
 
 def _modules_with_sources(device_type):
     ext = "*.cpp" if device_type == "cpu" else "*.cu"
-    return [m for m in MODULES if (backend.CSRC / m).is_dir() and list((backend.CSRC / m).glob(ext))]
+    return [m for m in MODULES if list((backend.CSRC / m / device_type).glob(ext))]  # csrc/<m>/cpu|cuda
 
 
 def _fmt_size(n):

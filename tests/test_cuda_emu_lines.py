@@ -28,7 +28,7 @@ F32, F64 = torch.float32, torch.float64
 def EMU():
     """torch.ops.nj_emu_lines: the emulated CUDA kernels (built once per test cache)."""
     return load_emulation("nj_emu_lines", ["splinc", "resize"], "lines_cuda_emu.cpp",
-                          ["splinc", "resize"], "lines_cuda_emu")
+                          "lines_cuda_emu")
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ F32, F64 = torch.float32, torch.float64
 def EMU():
     """torch.ops.nj_emu_regsolve: the emulated CUDA kernels (built once per test cache)."""
     return load_emulation("nj_emu_regsolve", ["regsolve"], "regsolve_cuda_emu.cpp",
-                          ["regsolve"], "regsolve_cuda_emu")
+                          "regsolve_cuda_emu")
 
 
 

@@ -143,8 +143,8 @@ def test_vs_torch_fast_paths_larger(C, TORCH, op, order, D, Cn):
 
 HEADER_PROBE = r"""
 #include <cstdio>
-#include "nitorch_jit/bounds.h"
-#include "nitorch_jit/spline.h"
+#include "core/bounds.h"
+#include "core/spline.h"
 using namespace nitorch_jit;
 int main() {
   for (int b = 0; b < 7; ++b)
@@ -210,8 +210,7 @@ def test_headers_fold_and_splines(tmp_path):
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no C++ compiler")
-    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc",
-                           "include")
+    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
     src = tmp_path / "probe.cpp"
     src.write_text(HEADER_PROBE)
     exe = tmp_path / "probe"

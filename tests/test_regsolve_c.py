@@ -415,7 +415,7 @@ def test_relax_in_place_noncontiguous_float32(C):
 # ----------------------------------------------------------------------------- header
 HEADER_PROBE = r"""
 #include <cstdio>
-#include "nitorch_jit/regsolve.h"
+#include "regsolve/point.h"
 using namespace nitorch_jit::regsolve;
 int main() {
   // packed order for C = 4: 00 11 22 33 01 02 03 12 13 23
@@ -435,14 +435,13 @@ int main() {
 
 
 def test_header_on_its_own(tmp_path):
-    """regsolve.h compiles without torch (the CUDA kernels include it)."""
+    """regsolve/point.h compiles without torch (the CUDA kernels include it)."""
     import shutil
     import subprocess
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no C++ compiler")
-    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc",
-                           "include")
+    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
     src = tmp_path / "probe.cpp"
     src.write_text(HEADER_PROBE)
     exe = tmp_path / "probe"

@@ -21,13 +21,13 @@
 #include "cuda_emu.h"
 
 #define __noinline__ __attribute__((noinline))
-#include "regsolve_kernels.cuh"
+#include "regsolve/cuda/kernels.cuh"
 #undef __noinline__
 
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include "regsolve_cuda_host.cuh"
+#include "regsolve/cuda/host.cuh"
 
 #include "cuda_emu_policy.h"
 

@@ -1,0 +1,2 @@
+// resize on CUDA: the line kernels (gather; filter for the prefilter), torch-free.
+#include "lines/cuda.cuh"
