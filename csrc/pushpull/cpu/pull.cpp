@@ -1,7 +1,7 @@
 // grid_pull and grid_grad on CPU (docs/pushpull-spec.md).
 #include <torch/library.h>
 
-#include "pushpull/cpu/avx2/fastpath.h"
+#include "pushpull/cpu/avx2/select.h"
 #include "pushpull/cpu/loop.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)

@@ -7,7 +7,7 @@
 
 #include <tuple>
 
-#include "pushpull/cpu/avx2/fastpath.h"
+#include "pushpull/cpu/avx2/select.h"
 #include "pushpull/cpu/loop.h"
 #include "pushpull/tensor.h"
 
