@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include "pushpull/cpu/loop.h"
+#include "pushpull/cpu/ops.h"
 
 namespace nitorch_jit {
 namespace pushpull {
@@ -122,6 +123,39 @@ struct AffineDotOp {
   void empty(const Point&) const {}
 };
 
+template <bool kHess>
+at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
+                    at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  const Geom G = gather_geom(input, grid, order, bound, extrapolate);
+  const int64_t D = G.D;
+  check_tensor(weight, "weight", grid, D, kHess, kHess ? "[B, C, *O, D]" : "[B, C, *O]");
+  check_point_shape(weight, "weight", grid, D);
+  check_channels(weight, "weight", input);
+  at::Tensor out = empty_output(grid.sizes(), grid.options());  // [B, *O, D]
+  if (out.numel() == 0) return out;
+  if (G.empty_source() || G.C == 0) return out.zero_();
+  const PointStrides ws = point_strides(weight, D, kHess);
+  AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), kHess ? "grid_hess_dot" : "grid_grad_dot", [&] {
+    const scalar_t* gp = grid.const_data_ptr<scalar_t>();
+    if constexpr (kHess) {
+      HessDotOp<scalar_t> op{weight.const_data_ptr<scalar_t>(), ws,
+                             input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
+                             out.data_ptr<scalar_t>(), G.C, G.P, G.D};
+      gather_run<scalar_t, 2, kHessDotFast>(G, gp, op);
+    } else {
+      GradDotOp<scalar_t> op{weight.const_data_ptr<scalar_t>(), ws,
+                             input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
+                             out.data_ptr<scalar_t>(), G.C, G.P, G.D};
+      gather_run<scalar_t, 1, kGradDotFast>(G, gp, op);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+// ---- the ops (ops.h; registered in pull.cpp)
+
 // d<weight, affine_pull(input, affine)> / d affine: [B, D, D + 1], a sum over the output
 // voxels i of grad_dot(weight, input)(i) (x) (i, 1), without a grid.
 at::Tensor affine_grad_dot_cpu(const at::Tensor& weight, const at::Tensor& input,
@@ -171,35 +205,6 @@ at::Tensor affine_grad_dot_cpu(const at::Tensor& weight, const at::Tensor& input
   return out;
 }
 
-template <bool kHess>
-at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
-                    at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  const int64_t D = G.D;
-  check_tensor(weight, "weight", grid, D, kHess, kHess ? "[B, C, *O, D]" : "[B, C, *O]");
-  check_point_shape(weight, "weight", grid, D);
-  check_channels(weight, "weight", input);
-  at::Tensor out = empty_output(grid.sizes(), grid.options());  // [B, *O, D]
-  if (out.numel() == 0) return out;
-  if (G.empty_source() || G.C == 0) return out.zero_();
-  const PointStrides ws = point_strides(weight, D, kHess);
-  AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), kHess ? "grid_hess_dot" : "grid_grad_dot", [&] {
-    const scalar_t* gp = grid.const_data_ptr<scalar_t>();
-    if constexpr (kHess) {
-      HessDotOp<scalar_t> op{weight.const_data_ptr<scalar_t>(), ws,
-                             input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
-                             out.data_ptr<scalar_t>(), G.C, G.P, G.D};
-      gather_run<scalar_t, 2, kHessDotFast>(G, gp, op);
-    } else {
-      GradDotOp<scalar_t> op{weight.const_data_ptr<scalar_t>(), ws,
-                             input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
-                             out.data_ptr<scalar_t>(), G.C, G.P, G.D};
-      gather_run<scalar_t, 1, kGradDotFast>(G, gp, op);
-    }
-  });
-  return out;
-}
-
 at::Tensor grid_grad_dot_cpu(const at::Tensor& weight, const at::Tensor& input,
                              const at::Tensor& grid, at::IntArrayRef order, at::IntArrayRef bound,
                              bool extrapolate) {
@@ -212,13 +217,6 @@ at::Tensor grid_hess_dot_cpu(const at::Tensor& weight, const at::Tensor& input,
   return dot_impl<true>(weight, input, grid, order, bound, extrapolate);
 }
 
-}  // namespace
 }  // namespace cpu
 }  // namespace pushpull
 }  // namespace nitorch_jit
-
-TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
-  m.impl("grid_grad_dot", &nitorch_jit::pushpull::cpu::grid_grad_dot_cpu);
-  m.impl("grid_hess_dot", &nitorch_jit::pushpull::cpu::grid_hess_dot_cpu);
-  m.impl("affine_grad_dot", &nitorch_jit::pushpull::cpu::affine_grad_dot_cpu);
-}

@@ -1,7 +1,8 @@
 // CPU machinery of the pushpull kernels: argument checks, geometry, the parallel loop over
 // output points, fast-path selection and the race-free scatter strategy.
-// Included by pull_cpu.cpp (pull, grad), push_cpu.cpp (push, pushgrad, pull_backward) and
-// dot_cpu.cpp (grad_dot, hess_dot); each registers its ops with its own TORCH_LIBRARY_IMPL block.
+// Included by pull.cpp (pull, grad, affine_pull), push.cpp (push, pushgrad, pull_backward,
+// affine_push) and dot.cpp (grad_dot, hess_dot, affine_grad_dot); pull.cpp registers them all
+// (ops.h).
 #pragma once
 
 // Only the headers needed (ATen/ATen.h alone costs ~3 s more per translation unit).
@@ -29,7 +30,7 @@ namespace nitorch_jit {
 namespace pushpull {
 namespace cpu {
 
-// Numbers and shapes in messages go through nitorch_jit/message.h (never an ostream).
+// Numbers and shapes in messages go through core/message.h (never an ostream).
 using msg::dev;
 using msg::dt;
 using msg::num;
@@ -58,7 +59,7 @@ struct AtomicAdd {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Geometry (pushpull_geometry.h, shared with the CUDA host code).
+// Geometry (pushpull/geometry.h, shared with the CUDA host code).
 using Geom = Geometry;
 
 // One output point: batch, linear index within the batch, spatial multi-index.
@@ -81,7 +82,7 @@ inline PointStrides point_strides(const at::Tensor& t, int64_t D, bool with_d) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Checks: pushpull_checks.h, shared with the CUDA host code.
+// Checks: pushpull/checks.h, shared with the CUDA host code.
 
 struct CpuDev {
   static constexpr const char* kDevice = "CPU";
@@ -206,7 +207,7 @@ NJ_INLINE const AffineCoords<T>& coords_of(const AffineCoords<T>& a) {
 }
 
 
-// The cost of one point in parallel.h's units: its taps on every channel, once more per
+// The cost of one point in core/parallel.h's units: its taps on every channel, once more per
 // derivative order (DER); a scatter (a read-modify-write per tap) costs about 3/2 of a gather
 // (measured: 3-D order-3 float64 pull / push / grad of 4,096 points take 0.36 / 0.50 / 0.66 ms).
 inline int64_t point_cost(const Geom& G, int der, bool scatter = false) {

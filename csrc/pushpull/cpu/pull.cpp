@@ -1,8 +1,10 @@
-// grid_pull and grid_grad on CPU (docs/pushpull-spec.md).
+// grid_pull, grid_grad and affine_pull on CPU (docs/pushpull-spec.md), and the registration of
+// every CPU op of the module.
 #include <torch/library.h>
 
 #include "pushpull/cpu/avx2/select.h"
 #include "pushpull/cpu/loop.h"
+#include "pushpull/cpu/ops.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -76,7 +78,7 @@ struct GradOp {
 // Needs every index to fit in int32 (pull1_avx2_usable).
 #define NJ_PULL1_AVX2 1
 
-// coords8 (fastpath_cpu.h): coordinate d of the 8 points l..l+7 of a row, natural order.
+// coords8 (avx2/coords.h): coordinate d of the 8 points l..l+7 of a row, natural order.
 
 template <int DIM>
 struct Pull1Avx2 {
@@ -203,7 +205,7 @@ void pull1_avx2_run(const Geom& G, const Coords& co, const PullOp<float>& op) {
 }
 #endif  // AVX2 path
 
-// src: a grid pointer or a coordinate source (pushpull_cpu.h)
+// src: a grid pointer or a coordinate source (loop.h)
 template <typename T, class Src>
 bool try_pull1_avx2(const Geom& G, const Src& src, const PullOp<T>& op) {
 #ifdef NJ_PULL1_AVX2
@@ -216,6 +218,10 @@ bool try_pull1_avx2(const Geom& G, const Src& src, const PullOp<T>& op) {
   (void)G, (void)src, (void)op;
   return false;
 }
+
+}  // namespace
+
+// ---- the ops (ops.h)
 
 at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
                          at::IntArrayRef bound, bool extrapolate) {
@@ -271,15 +277,26 @@ at::Tensor affine_pull_cpu(const at::Tensor& input, const at::Tensor& affine, at
   return out;
 }
 
-}  // namespace
 }  // namespace cpu
 }  // namespace pushpull
 }  // namespace nitorch_jit
 
 NJ_DEFINE_SET_TUNING()  // one per library: this one for the CPU pushpull library
 
+// The library's one registration block, in the order of nitorch_jit/ops/library.py. The ops of
+// push.cpp and dot.cpp are declared in ops.h: the kernels stay in three translation units,
+// which compile in parallel (a fourth, for this block alone, would parse the torch headers
+// once more).
 TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
-  m.impl("grid_pull", &nitorch_jit::pushpull::cpu::grid_pull_cpu);
-  m.impl("grid_grad", &nitorch_jit::pushpull::cpu::grid_grad_cpu);
-  m.impl("affine_pull", &nitorch_jit::pushpull::cpu::affine_pull_cpu);
+  using namespace nitorch_jit::pushpull::cpu;
+  m.impl("grid_pull", &grid_pull_cpu);
+  m.impl("grid_push", &grid_push_cpu);
+  m.impl("grid_grad", &grid_grad_cpu);
+  m.impl("grid_pushgrad", &grid_pushgrad_cpu);
+  m.impl("grid_grad_dot", &grid_grad_dot_cpu);
+  m.impl("grid_hess_dot", &grid_hess_dot_cpu);
+  m.impl("grid_pull_backward", &grid_pull_backward_cpu);
+  m.impl("affine_pull", &affine_pull_cpu);
+  m.impl("affine_push", &affine_push_cpu);
+  m.impl("affine_grad_dot", &affine_grad_dot_cpu);
 }

@@ -9,6 +9,7 @@
 
 #include "pushpull/cpu/avx2/select.h"
 #include "pushpull/cpu/loop.h"
+#include "pushpull/cpu/ops.h"
 #include "pushpull/tensor.h"
 
 namespace nitorch_jit {
@@ -97,41 +98,6 @@ at::Tensor push_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArr
   return out;
 }
 
-at::Tensor grid_push_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef shape,
-                         at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  return push_impl<false>(input, grid, shape, order, bound, extrapolate);
-}
-
-at::Tensor grid_pushgrad_cpu(const at::Tensor& input, const at::Tensor& grid,
-                             at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
-                             bool extrapolate) {
-  return push_impl<true>(input, grid, shape, order, bound, extrapolate);
-}
-
-// affine_push: the adjoint of affine_pull. input [B, C, *O] holds one value per output voxel of
-// the pull; they are splatted at affine[b] @ (i, 1) into [B, C, *shape].
-at::Tensor affine_push_cpu(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
-                           at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_affine_resample(input, "[B, C, *O]", affine, shape, order, bound);
-  at::Tensor out = zeros_output(resampled_size(input, shape), input.options());
-  if (out.numel() == 0) return out;
-  std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
-  const Geom G = make_points_geom(input.size(0), input.sizes().slice(2), D, input.size(1), shape,
-                                  ostride, order, bound, extrapolate);
-  const int64_t N = G.src[0] * G.src[1] * G.src[2];
-  const PointStrides is = point_strides(input, D, false);
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "affine_push", [&] {
-    const scalar_t* ip = input.const_data_ptr<scalar_t>();
-    const int64_t C = G.C;
-    auto make_op = [&](scalar_t* dst, auto add) {
-      return PushOp<scalar_t, decltype(add)>{ip, is, dst, C, N};
-    };
-    scatter_run<scalar_t, 0, kPushFast>(G, affine_coords<scalar_t>(affine),
-                                        out.data_ptr<scalar_t>(), out.numel(), make_op);
-  });
-  return out;
-}
-
 // grid_pull_backward. Each point's grid coordinates and incoming gradient are read once and its
 // tap lists (weights and derivatives) built once; the grid gradient of a point is written by
 // the thread that owns it. Same fast paths as pushgrad (orders 1 and 3): the common backward
@@ -176,7 +142,7 @@ struct PullBackOp {
     T* o = gg + (pt.b * P + pt.p) * D;
     for (int d = 0; d < D; ++d) o[d] = T(0);
   }
-  // order 1, float32, 2-D or 3-D: the vector path of fastpath_cpu.h (scatter_run asks first)
+  // order 1, float32, 2-D or 3-D: the vector path of avx2/pullback.h (scatter_run asks first)
   bool fast_range(const Geom& G, const T* grid, int64_t begin, int64_t end) const {
 #ifdef NJ_FASTPATH_AVX2
     if constexpr (std::is_same_v<T, float> && std::is_same_v<Add, PlainAdd>)
@@ -185,6 +151,45 @@ struct PullBackOp {
     return false;
   }
 };
+
+}  // namespace
+
+// ---- the ops (ops.h; registered in pull.cpp)
+
+at::Tensor grid_push_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef shape,
+                         at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  return push_impl<false>(input, grid, shape, order, bound, extrapolate);
+}
+
+at::Tensor grid_pushgrad_cpu(const at::Tensor& input, const at::Tensor& grid,
+                             at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
+                             bool extrapolate) {
+  return push_impl<true>(input, grid, shape, order, bound, extrapolate);
+}
+
+// affine_push: the adjoint of affine_pull. input [B, C, *O] holds one value per output voxel of
+// the pull; they are splatted at affine[b] @ (i, 1) into [B, C, *shape].
+at::Tensor affine_push_cpu(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
+                           at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  const int64_t D = check_affine_resample(input, "[B, C, *O]", affine, shape, order, bound);
+  at::Tensor out = zeros_output(resampled_size(input, shape), input.options());
+  if (out.numel() == 0) return out;
+  std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
+  const Geom G = make_points_geom(input.size(0), input.sizes().slice(2), D, input.size(1), shape,
+                                  ostride, order, bound, extrapolate);
+  const int64_t N = G.src[0] * G.src[1] * G.src[2];
+  const PointStrides is = point_strides(input, D, false);
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "affine_push", [&] {
+    const scalar_t* ip = input.const_data_ptr<scalar_t>();
+    const int64_t C = G.C;
+    auto make_op = [&](scalar_t* dst, auto add) {
+      return PushOp<scalar_t, decltype(add)>{ip, is, dst, C, N};
+    };
+    scatter_run<scalar_t, 0, kPushFast>(G, affine_coords<scalar_t>(affine),
+                                        out.data_ptr<scalar_t>(), out.numel(), make_op);
+  });
+  return out;
+}
 
 std::tuple<at::Tensor, at::Tensor> grid_pull_backward_cpu(const at::Tensor& grad,
                                                           const at::Tensor& input,
@@ -223,14 +228,6 @@ std::tuple<at::Tensor, at::Tensor> grid_pull_backward_cpu(const at::Tensor& grad
   return {gin, ggrid};
 }
 
-}  // namespace
 }  // namespace cpu
 }  // namespace pushpull
 }  // namespace nitorch_jit
-
-TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
-  m.impl("grid_push", &nitorch_jit::pushpull::cpu::grid_push_cpu);
-  m.impl("grid_pushgrad", &nitorch_jit::pushpull::cpu::grid_pushgrad_cpu);
-  m.impl("grid_pull_backward", &nitorch_jit::pushpull::cpu::grid_pull_backward_cpu);
-  m.impl("affine_push", &nitorch_jit::pushpull::cpu::affine_push_cpu);
-}

@@ -1,4 +1,4 @@
-// Coordinates of the AVX2 fast paths (pushpull/cpu/avx2/select.h): a row's coordinates in
+// Coordinates of the AVX2 fast paths (select.h): a row's coordinates in
 // lanes (from a grid row or from the affine matrix), the last-cell rule of the order-1 pulls,
 // the mirror fold of extrapolated coordinates, and the 8-point blocks of the 2-D and 3-D paths
 // (base indices, interior lanes, fractional positions).
@@ -90,15 +90,15 @@ NJ_AVX2 __m256d last_cell(__m256d x, __m256d last, __m256d cell, __m256d& in) {
   return _mm256_min_pd(_mm256_floor_pd(x), cell);
 }
 
-// The mirror fold (bounds.h, mirror_fold) of extrapolated coordinates, lane by lane (T: float or
-// double): a pull's lane outside [c0, c0 + h] on a dct1 / dct2 dim moves to the point of that
-// range with the same value, so that the vector path takes most of the points outside the
-// source instead of the much slower scalar path. The fold is exact: x - c0 is checked to be
-// exact, q p is an integer below 2^23, t - q p is exact (Sterbenz) even when the rounded
-// quotient q is one off (the abs and min then still give the fold), and r + c0 is exact. Lanes
-// with x - c0 inexact, |x - c0| >= 2^22 or NaN keep their coordinate. Linear dct2 is then
-// clamped off its flat parts (bounds.h, mirror_flat), which the vector path could not take. Not
-// for gradients with respect to the grid: they would need the fold's sign.
+// The mirror fold (core/bounds.h, mirror_fold) of extrapolated coordinates, lane by lane (T: float
+// or double): a pull's lane outside [c0, c0 + h] on a dct1 / dct2 dim moves to the point of that
+// range with the same value, so that the vector path takes most of the points outside the source
+// instead of the much slower scalar path. The fold is exact: x - c0 is checked to be exact, q p is
+// an integer below 2^23, t - q p is exact (Sterbenz) even when the rounded quotient q is one off
+// (the abs and min then still give the fold), and r + c0 is exact. Lanes with x - c0 inexact, |x -
+// c0| >= 2^22 or NaN keep their coordinate. Linear dct2 is then clamped off its flat parts
+// (core/bounds.h, mirror_flat), which the vector path could not take. Not for gradients with
+// respect to the grid: they would need the fold's sign.
 template <typename T>
 struct MirrorFold {
   using V = std::conditional_t<std::is_same_v<T, float>, __m256, __m256d>;

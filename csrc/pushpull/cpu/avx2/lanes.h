@@ -1,4 +1,4 @@
-// The vector primitives of the AVX2 fast paths (pushpull/cpu/avx2/select.h): the lane order of
+// The vector primitives of the AVX2 fast paths (select.h): the lane order of
 // a block, products kept apart from the adds, cubic weights in lanes, tap loads, transposes and
 // horizontal sums. Every function is compiled for AVX2 + FMA (NJ_AVX2) and inlined into the
 // paths, which are chosen at run time when the CPU has it.
@@ -32,8 +32,8 @@ NJ_AVX2 V nofuse(V p) {
 }
 NJ_AVX2 __m256 mul_nf(__m256 a, __m256 b) { return nofuse(_mm256_mul_ps(a, b)); }
 
-// Cubic B-spline weights of the taps i0 .. i0+3 at fractional position u (S: float or double,
-// V: its vector): spline.h's SplineTaps<3, 0> operation by operation (no FMA), so that a vector
+// Cubic B-spline weights of the taps i0 .. i0+3 at fractional position u (S: float or double, V:
+// its vector): core/spline.h's SplineTaps<3, 0> operation by operation (no FMA), so that a vector
 // path rounds as the scalar one does.
 template <typename S, class V>
 NJ_AVX2 void cubic_weights(V u, V* w) {

@@ -1,5 +1,5 @@
 // The grid_pull_backward fast paths of float32, order 1, 2-D and 3-D
-// (pushpull/cpu/avx2/select.h chooses them; push.cpp's PullBackOp calls them).
+// (select.h chooses them; push.cpp's PullBackOp calls them).
 #pragma once
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -15,7 +15,7 @@ namespace cpu {
 // contracted with the incoming gradient in vector registers, and the 4 scatter adds of each
 // interior point in scalar code (points of one block may share voxels), in the order of the
 // scalar path (point by point, so the same sums up to rounding). Op is PullBackOp
-// (push_cpu.cpp) adding plainly into op.out.
+// (pushpull/cpu/push.cpp) adding plainly into op.out.
 template <class Op>
 struct PullBack2dAvx2 : Avx2Path<1, 2, 1, Op> {
   using Base = Avx2Path<1, 2, 1, Op>;

@@ -1,4 +1,4 @@
-// The scaffold every AVX2 fast path shares (pushpull/cpu/avx2/select.h): the points a vector
+// The scaffold every AVX2 fast path shares (select.h): the points a vector
 // block cannot take, redone one by one by the scalar fast path (ScalarPoints), and the walk of
 // a row in blocks of lanes, a chunk of blocks at a time, then its tail (Avx2Path).
 #pragma once
@@ -78,7 +78,8 @@ struct Avx2Path {
     int done[CHUNK];
     int64_t l = 0;
     while (l + LANES <= count) {
-      const int nb = CHUNK == 1 ? 1 : static_cast<int>(std::min<int64_t>(CHUNK, (count - l) / LANES));
+      const int nb =
+          CHUNK == 1 ? 1 : static_cast<int>(std::min<int64_t>(CHUNK, (count - l) / LANES));
       for (int b = 0; b < nb; ++b) done[b] = prepare(b, l + LANES * b);
       emit(l, nb);
       for (int b = 0; b < nb; ++b) rest.template block<LANES>(pt, r, l + LANES * b, done[b]);
