@@ -8,8 +8,9 @@ tests/test_pushpull_torch.py); adjointness; finite differences (grad of pull, he
 grad_dot); thread-count independence of the scatters (private buffers and atomic path);
 strides (non-contiguous, batch stride 0); float32, including the AVX2 order-1 pull path
 (the avx2 tuning knob off selects the scalar one); out-of-range and non-finite points; bad input
-raising instead of crashing; bounds.h and spline.h compiled on their own. The scatters' atomic
-path is forced with the push_buffer_mb knob at 0. The contract is docs/pushpull-spec.md.
+raising instead of crashing; core/bounds.h and core/spline.h compiled on their own. The
+scatters' atomic path is forced with the push_buffer_mb knob at 0. The contract is
+docs/pushpull-spec.md.
 """
 import itertools
 import math
@@ -203,8 +204,8 @@ def truncated_power(o, t, der):
 
 
 def test_headers_fold_and_splines(tmp_path):
-    """bounds.h and spline.h on their own (no torch): the other modules and the CUDA kernels
-    include them directly."""
+    """core/bounds.h and core/spline.h on their own (no torch): the other modules and the CUDA
+    kernels include them directly."""
     import shutil
     import subprocess
     cxx = shutil.which("c++") or shutil.which("g++")

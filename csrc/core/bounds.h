@@ -72,7 +72,7 @@ NJ_HD inline int64_t fold_index(int64_t i, int64_t n, int bound, int& sign) {
 // the B-spline is even, f(x) = sum_k c[k] beta(x - k) of any order then satisfies
 // f(2 c0 - x) = f(x) and f(x + 2 h) = f(x), with c0 = -1/2, h = n (dct2) or c0 = 0, h = n - 1
 // (dct1). A coordinate may thus be folded onto [c0, c0 + h] before its taps are formed (the CPU
-// fast paths do, fastpath_cpu.h). False for the other bounds and for dct1 of size 1.
+// fast paths do, pushpull/cpu/avx2/coords.h). False for the other bounds and for dct1 of size 1.
 NJ_HD inline bool mirror_fold(int bound, int64_t n, double& c0, int64_t& h) {
   if (bound == kDCT2 && n >= 1) {
     c0 = -0.5;

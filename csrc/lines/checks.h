@@ -1,6 +1,6 @@
 // The argument checks of the splinc and resize ops (docs/splinc-resize-spec.md), one copy for
-// the CPU libraries (csrc/splinc/splinc_cpu.cpp, csrc/resize/resize_cpu.cpp) and the CUDA host
-// code (splinc_cuda_host.cuh, resize_cuda_host.cuh), so that both raise the same messages.
+// the CPU libraries (csrc/splinc/cpu/ops.cpp, csrc/resize/cpu/ops.cpp) and the CUDA host
+// code (splinc/cuda/host.cuh, resize/cuda/host.cuh), so that both raise the same messages.
 // on_device / device: whether the input is on the library's device, and that device's name.
 #pragma once
 
@@ -70,7 +70,7 @@ inline void check_resize_args(const at::Tensor& input, at::IntArrayRef shape,
   const int64_t off = input.dim() - static_cast<int64_t>(D);
   for (int64_t k = off; k < input.dim(); ++k)
     TORCH_CHECK(input.size(k) >= 1, name, ": empty spatial dim in input");
-  // the tap tables (resize_tables.h) hold int32 indices
+  // the tap tables (resize/tables.h) hold int32 indices
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   for (size_t i = 0; i < D; ++i)
     TORCH_CHECK(shape[i] < kMax && input.size(off + i) < kMax, name,

@@ -81,11 +81,11 @@ struct Tiling {
   }
 };
 
-// Run body(begin, end, scratch) over [0, n) items of `cost` each (parallel.h's units), in
+// Run body(begin, end, scratch) over [0, n) items of `cost` each (core/parallel.h's units), in
 // chunks handed out dynamically: each worker thread makes its scratch once (make_scratch())
 // and takes chunks from a shared counter until none is left. Unlike a static split, a thread
 // that the OS delays (a busy machine) does not hold up the others with half of the work.
-// Below parallel.h's threshold, or inside a parallel region, it runs inline.
+// Below core/parallel.h's threshold, or inside a parallel region, it runs inline.
 template <typename MakeScratch, typename Body>
 void parallel_chunks(int64_t n, int64_t cost, const MakeScratch& make_scratch,
                      const Body& body) {

@@ -1,6 +1,6 @@
-// CUDA kernels that work line by line along one dim: the definitions of lines_cuda.h.
-// Include from exactly one kernel file per library (csrc/splinc/splinc_kernels.cu,
-// csrc/resize/resize_kernels.cu); torch-free. The kernels are in an anonymous namespace so
+// CUDA kernels that work line by line along one dim: the definitions of cuda.h.
+// Include from exactly one kernel file per library (csrc/splinc/cuda/kernels.cu,
+// csrc/resize/cuda/kernels.cu); torch-free. The kernels are in an anonymous namespace so
 // that the two libraries share no kernel symbol.
 //
 // * filter: one thread per line runs the recursive prefilter (splinc::filter_lanes<1>) along

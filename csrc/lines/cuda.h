@@ -1,6 +1,6 @@
 // CUDA kernels that work line by line along one dim (splinc, resize): the launchers the host
 // code calls. No torch header, so the kernel files (csrc/<module>/*_kernels.cu, which include
-// lines_cuda.cuh) compile quickly and in parallel with the host files.
+// cuda.cuh) compile quickly and in parallel with the host files.
 //
 // Every tensor is contiguous and seen as [outer, len, inner]: line (o, i) starts at
 // (o * len) * inner + i and has stride inner. Threads are numbered with i fastest, so the

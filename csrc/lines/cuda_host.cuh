@@ -1,7 +1,7 @@
 // Host side of the CUDA line kernels (splinc, resize): message helpers, the upload of the
 // per-call constants (filter plans, tap tables), the filter along one dim. Templated on a
-// Policy (as csrc/pushpull/pushpull_cuda_host.cuh) so that the same code serves the CUDA
-// libraries (lines_cuda_policy.cuh) and the host emulation of the kernels in the tests
+// Policy (as csrc/pushpull/cuda/host.cuh) so that the same code serves the CUDA
+// libraries (cuda_policy.cuh) and the host emulation of the kernels in the tests
 // (tests/data/lines_cuda_emu.cpp). A Policy provides:
 //   kDevice                          device name for messages ("CUDA")
 //   on_device(t)                     is t on that device

@@ -1,4 +1,4 @@
-// The CUDA Policy of lines_cuda_host.cuh: PyTorch's current device and stream, errors raised
+// The CUDA Policy of cuda_host.cuh: PyTorch's current device and stream, errors raised
 // as exceptions, constants uploaded from pinned memory without a host synchronisation.
 #pragma once
 

@@ -1,6 +1,6 @@
 // The argument checks and output sizes of the pushpull ops (docs/pushpull-spec.md), one copy for
-// the CPU library (pushpull_cpu.h) and the CUDA host code (pushpull_cuda_host.cuh), so that both
-// raise the same messages. A Dev describes the library's device:
+// the CPU library (pushpull/cpu/loop.h) and the CUDA host code (pushpull/cuda/host.cuh), so that
+// both raise the same messages. A Dev describes the library's device:
 //   kDevice            name for messages ("CPU", "CUDA")
 //   on_device(t)       is t on that device
 //   kHalf              float16 / bfloat16 data (with a float32 grid) accepted

@@ -1,5 +1,5 @@
-// The geometry of a pushpull call, one definition for the CPU loops (pushpull_cpu.h: Geom) and
-// the CUDA host code (pushpull_cuda.cuh: Params adds the pointers and per-point strides).
+// The geometry of a pushpull call, one definition for the CPU loops (pushpull/cpu/loop.h: Geom) and
+// the CUDA host code (pushpull/cuda/params.cuh: Params adds the pointers and per-point strides).
 // Spatial dims are padded in front to 3 internal dims: internal dim k = 3 - D + d holds spatial
 // dim d; padded dims have size 1 and stride 0. Torch-free (the CUDA kernel files include it):
 // the fill functions take any indexable list of sizes (at::IntArrayRef on both sides).

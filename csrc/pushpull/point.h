@@ -4,7 +4,7 @@
 // work on 3 internal dimensions; a D < 3 problem is padded in front with size-1 dimensions.
 // Three tap-list types share one interface (count(), off(k), w(k), dw(k), ddw(k), ok(k), and
 // kFixed: the count is a compile-time constant); CUDA adds a fourth (FTaps,
-// pushpull_kernels.cuh):
+// pushpull/cuda/kernels.cuh):
 //  - UnitTaps: a padded dimension, one tap, offset 0, weight 1, derivatives 0 (all constants).
 //  - LineTaps<T, N, DER>: N consecutive in-range taps, offset off0 + k * stride (the common
 //    interior case of a fast path: no folding, compile-time count, lives in registers).
@@ -422,7 +422,7 @@ NJ_HD NJ_INLINE void hess_point(const TP0& t0, const TP1& t1, const TP2& t2, con
 }
 
 // out[j_t] += W_t s_t val. The write lists w0, w1, w2 give the offsets into out: the tap lists'
-// own (push_point), or a block's shared window in CUDA's tiled scatter (pushpull_tiles.cuh).
+// own (push_point), or a block's shared window in CUDA's tiled scatter (pushpull/cuda/tiles.cuh).
 template <class Add, class TP0, class TP1, class TP2, class W0, class W1, class W2, typename A>
 NJ_HD NJ_INLINE void push_point_to(const TP0& t0, const TP1& t1, const TP2& t2, const W0& w0,
                                    const W1& w1, const W2& w2, A* out, A val) {
@@ -465,7 +465,7 @@ NJ_HD NJ_INLINE void pushgrad_point(const TP0& t0, const TP1& t1, const TP2& t2,
 
 // pull_backward of one channel in one walk over the taps: g = grad(in) as grad_point, and
 // out[j_t] += W_t s_t val as push_point_to (write lists w0, w1, w2). (The CPU kernels walk
-// twice, grad_point then push_point: measured faster there, pushpull_cpu.h.)
+// twice, grad_point then push_point: measured faster there, cpu/loop.h.)
 template <class Load, class Add, class TP0, class TP1, class TP2, class W0, class W1, class W2,
           typename S, typename A>
 NJ_HD NJ_INLINE void pullback_point(const TP0& t0, const TP1& t1, const TP2& t2, const W0& w0,

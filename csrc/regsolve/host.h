@@ -1,5 +1,5 @@
 // Host-side logic of module "regsolve" (docs/regsolve-spec.md) shared by the CPU ops
-// (regsolve_cpu.cpp) and the CUDA ops (regsolve_cuda_host.cuh, also run by the host emulation
+// (regsolve/cpu/ops.cpp) and the CUDA ops (regsolve/cuda/host.cuh, also run by the host emulation
 // of the tests): the argument checks and their messages, the decoding, validation and merging
 // of the tap list, and reg_relax_'s check that no tap couples two voxels of one colour.
 // Torch-light (ATen/core/Tensor.h only). The checks are templated on a Device that provides
@@ -31,7 +31,7 @@ namespace nitorch_jit {
 namespace regsolve {
 namespace host {
 
-// Numbers in messages go through nitorch_jit/message.h (never an ostream).
+// Numbers in messages go through core/message.h (never an ostream).
 using msg::num;
 
 // ------------------------------------------------------------------------- arguments

@@ -1,6 +1,6 @@
 // CUDA pushpull ops, host side (docs/pushpull-spec.md): argument checks, geometry, outputs and
 // dispatch. Templated on a Policy (device test, device guard, kernel launch) so that the same
-// code serves the CUDA library (pushpull_cuda.cu) and the host emulation of the kernels that
+// code serves the CUDA library (ops.cu) and the host emulation of the kernels that
 // the tests run without a GPU (tests/data/pushpull_cuda_emu.cpp).
 //
 // Dtypes: float32, float64, and float16 / bfloat16 data (computed in float32) whose grid is
@@ -33,7 +33,7 @@ namespace pushpull {
 namespace cuda {
 
 // --------------------------------------------------------------------------------------------
-// Checks: pushpull_checks.h, shared with the CPU kernels (here the half dtypes are accepted:
+// Checks: pushpull/checks.h, shared with the CPU kernels (here the half dtypes are accepted:
 // the Policy's kHalf).
 
 using checks::check_affine;  // check_grid<Policy> / check_affine<Policy>: the Policy is the Dev
@@ -95,7 +95,7 @@ inline bool flat_stride(const int64_t* st, const int64_t* pts, int64_t& flat) {
   return true;
 }
 
-// Grid, options and batch (pushpull_geometry.h).
+// Grid, options and batch (pushpull/geometry.h).
 inline Params make_params(const at::Tensor& grid, const at::Tensor& data, int64_t D,
                           at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
   Params p;
@@ -144,7 +144,7 @@ inline void set_flat(Params& p) {
   p.pP = pp;
 }
 
-// The tiled scatter (pushpull_tiles.cuh) pays where points move by a few voxels from their own
+// The tiled scatter (tiles.cuh) pays where points move by a few voxels from their own
 // voxel, so it is asked for where the grid has one point per source voxel (O == S) in 2-D and
 // 3-D; the cuda_tiles knob (NI_JIT_CUDA_TILES=0) turns it off (benchmarks, tests).
 inline bool want_tiles(const Params& p) {

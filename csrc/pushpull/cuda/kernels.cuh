@@ -1,9 +1,9 @@
 // CUDA pushpull kernels (docs/pushpull-spec.md): one thread per grid point, looping over channels.
 //
-// Included by the kernel files only (one per op); each instantiates launch<OP> for the four
-// dtypes. The per-point math is the CPU kernels': spline weights (spline.h), index folding
-// (bounds.h), range constants, folded tap lists and the contractions (pushpull_point.h, with the
-// device's memory access: DeviceLoad, DeviceAtomicAdd). This file holds the iteration.
+// Included by the kernel files only (one per op); each instantiates launch<OP> for the four dtypes.
+// The per-point math is the CPU kernels': spline weights (core/spline.h), index folding
+// (core/bounds.h), range constants, folded tap lists and the contractions (pushpull/point.h, with
+// the device's memory access: DeviceLoad, DeviceAtomicAdd). This file holds the iteration.
 //
 // Per point, three paths:
 // * fast (every dim has the same order O, one of the op's fast-path orders: 0, 1, 3 for pull
@@ -14,7 +14,7 @@
 // * generic (mixed orders, orders 4..7, or orders without a fast path for the op):
 //   make_taps_unrolled_rt with runtime tap counts (small per-thread arrays in local memory).
 // Push and pull_backward on a grid with one point per source voxel also have a block-tiled
-// variant that accumulates in shared memory (pushpull_tiles.cuh).
+// variant that accumulates in shared memory (tiles.cuh).
 // Half types are loaded/stored as half and computed in float32; scatters add into a float32
 // (half data) or the data's own type (float, double) buffer with atomicAdd.
 #pragma once
@@ -183,7 +183,7 @@ __device__ __forceinline__ void store_point_vector(const Geo<I>& G, void* dst, I
 }
 
 // --------------------------------------------------------------------------------------------
-// Fixed-length tap list of one dim (fast paths): the shared FoldedLineTaps (pushpull_point.h),
+// Fixed-length tap list of one dim (fast paths): the shared FoldedLineTaps (pushpull/point.h),
 // O+1 taps with offsets in I, held in registers (every index is a constant once the loops are
 // unrolled). Border taps are folded with their bound's sign; a tap whose sign is 0 gets weight
 // 0, offset 0 and its bit of `valid` cleared, and is never read or written (a NaN at the
@@ -246,7 +246,7 @@ __device__ __forceinline__ void fixed_taps(A x, I n, int bound, I stride,
   }
 }
 
-// Memory access of the shared contractions (pushpull_point.h): read-only loads converted to the
+// Memory access of the shared contractions (pushpull/point.h): read-only loads converted to the
 // computation type, and atomic adds (points of different threads share output voxels).
 struct DeviceLoad {
   template <typename S>
@@ -268,7 +268,7 @@ struct DeviceAtomicAdd {
 // contributes nothing.
 
 // The names every op declares: S the stored type, I the offset type, A the computation type,
-// DER the derivatives its tap lists carry, kTile: it has a tiled variant (pushpull_tiles.cuh).
+// DER the derivatives its tap lists carry, kTile: it has a tiled variant (tiles.cuh).
 #define NJ_PP_OP_TYPES(der, tile)    \
   using S = S_;                      \
   using I = I_;                      \
@@ -350,7 +350,7 @@ struct PushOp {
     }
   }
   static __device__ __forceinline__ void empty(const Geo<I>&, I, I) {}
-  // Tiled scatter (pushpull_tiles.cuh): channel c of a point whose taps all lie in the block's
+  // Tiled scatter (tiles.cuh): channel c of a point whose taps all lie in the block's
   // shared window `win`; t0..t2 the weights, w0..w2 the offsets into the window.
   template <class T0, class T1, class T2, class W0, class W1, class W2>
   static __device__ __forceinline__ void tile_apply(const Geo<I>& G, I, I, I poff, I c,
@@ -483,7 +483,7 @@ struct PullBackOp {
   static __device__ __forceinline__ void empty(const Geo<I>& G, I b, I p) {
     store_point_vector<S>(G, G.out2, b, p, A(0), A(0), A(0));
   }
-  // Tiled scatter (pushpull_tiles.cuh, float and double only): channel c of a point whose taps
+  // Tiled scatter (tiles.cuh, float and double only): channel c of a point whose taps
   // all lie in the block's shared window; t0..t2 the weights and input offsets, w0..w2 the
   // window offsets. out2 accumulates over the channel steps in place (only the thread that
   // owns the point touches it), in the order of apply's sum.

@@ -1,6 +1,6 @@
-// CUDA pushpull ops: the CUDA policy of pushpull_cuda_host.cuh (current device and stream,
+// CUDA pushpull ops: the CUDA policy of host.cuh (current device and stream,
 // kernel errors raised as exceptions) and the registration under the CUDA key. The kernels are
-// in the other *_cuda.cu files (pushpull_kernels.cuh), which include no torch header.
+// in the other .cu files of this folder (kernels.cuh), which include no torch header.
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

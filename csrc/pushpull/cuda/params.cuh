@@ -1,7 +1,6 @@
-// CUDA pushpull kernels: what the host side (pushpull_cuda.cu) passes to the kernel files
-// (pull_cuda.cu, grad_cuda.cu, push_cuda.cu, pushgrad_cuda.cu, graddot_cuda.cu, hessdot_cuda.cu,
-// pullback_cuda.cu). Kept free of torch headers so the kernel files compile quickly and in
-// parallel.
+// CUDA pushpull kernels: what the host side (ops.cu) passes to the kernel files (pull.cu, grad.cu,
+// push.cu, pushgrad.cu, graddot.cu, hessdot.cu, pullback.cu). Kept free of torch headers so the
+// kernel files compile quickly and in parallel.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,7 +29,7 @@ enum OpKind : int {
 };
 enum Dtype : int { kHalf = 0, kBFloat16 = 1, kFloat = 2, kDouble = 3 };
 
-// Everything a kernel needs, sizes and strides in elements: the geometry (pushpull_geometry.h,
+// Everything a kernel needs, sizes and strides in elements: the geometry (pushpull/geometry.h,
 // shared with the CPU kernels), the pointers and the per-point tensor's strides.
 struct Params : Geometry {
   // source: the image the taps index (input of gathers; the output buffer of scatters)
@@ -44,7 +43,7 @@ struct Params : Geometry {
   int64_t pB = 0, pC = 0, ps[3] = {0, 0, 0}, pD = 0;
   // flat: every per-point tensor (grid, pin) addresses point p of a batch at p * stride
   bool flat = false;
-  // push, pull_backward: use the block-tiled scatter where there is one (pushpull_tiles.cuh)
+  // push, pull_backward: use the block-tiled scatter where there is one (tiles.cuh)
   bool tile = false;
   int64_t gP = 0, pP = 0;
   // contiguous output: pull [B, C, P], grad [B, C, P, D], scatters [B, C, *src] in the

@@ -1,4 +1,4 @@
-// Tiled scatter of push and pull_backward on CUDA (included by pushpull_kernels.cuh).
+// Tiled scatter of push and pull_backward on CUDA (included by kernels.cuh).
 //
 // Why: with scattered targets (e.g. i.i.d. displacements) the one-thread-per-point kernel issues
 // (O+1)^D global atomics per point to addresses that neighbouring threads do not share, and

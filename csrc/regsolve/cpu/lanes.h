@@ -245,8 +245,12 @@ NJ_RS_INLINE void solve_lanes_any(NJ_RS_SOLVE_ARGS(T)) {
 
 inline void sum_taps_v(NJ_RS_SUM_ARGS(float)) { sum_taps_vec<16>(NJ_RS_SUM_PASS); }
 inline void sum_taps_v(NJ_RS_SUM_ARGS(double)) { sum_taps_vec<16>(NJ_RS_SUM_PASS); }
-inline void solve_lanes_v(NJ_RS_SOLVE_ARGS(float)) { solve_lanes_any<16>(NJ_RS_SOLVE_PASS, nc, fact); }
-inline void solve_lanes_v(NJ_RS_SOLVE_ARGS(double)) { solve_lanes_any<16>(NJ_RS_SOLVE_PASS, nc, fact); }
+inline void solve_lanes_v(NJ_RS_SOLVE_ARGS(float)) {
+  solve_lanes_any<16>(NJ_RS_SOLVE_PASS, nc, fact);
+}
+inline void solve_lanes_v(NJ_RS_SOLVE_ARGS(double)) {
+  solve_lanes_any<16>(NJ_RS_SOLVE_PASS, nc, fact);
+}
 #if defined(__x86_64__)
 #define NJ_RS_AVX2 1
 // Compiled for AVX2 (chosen at run time when the CPU has it; NI_JIT_DISABLE_AVX2=1 disables)

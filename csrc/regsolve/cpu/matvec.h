@@ -143,7 +143,7 @@ void eval_row(const Op<T>& op, int64_t b, const int64_t* ridx, int64_t soff, int
 }
 
 // Every element through the generic per-point function (NI_JIT_REGSOLVE_GENERIC=1: a check of
-// regsolve.h, which the CUDA kernels share).
+// regsolve/point.h, which the CUDA kernels share).
 template <typename T>
 void eval_row_generic(const Op<T>& op, int64_t b, const int64_t* ridx, int c_out, int64_t k0,
                       int64_t st, int64_t M, T* o) {
@@ -282,7 +282,7 @@ void solve_row(const Op<T>& op, int64_t b, int64_t* i, int64_t soff, int64_t k0,
   }
 #endif
   for (int64_t m = 0; m < M; ++m) {  // voxel by voxel
-    if (op.generic) {  // regsolve.h alone
+    if (op.generic) {  // regsolve/point.h alone
       i[D - 1] = k0 + m * st;
       std::fill(A, A + C * C, T(0));
       regsolve::add_hess_block(op.view(op.h, K, b), C, soff + k0 + m * st, A);

@@ -1,4 +1,4 @@
-// The CPU regsolve kernels' plan of a call (regsolve/cpu/ops.cpp says how they work): the
+// The CPU regsolve kernels' plan of a call (ops.cpp says how they work): the
 // border classes along an axis, the merged and tabulated taps with their fold tables and
 // per-call row offsets (Plan, make_plan), the contiguous data of one call (Op) and the
 // per-thread lists of a border row's taps (Scratch).
@@ -234,7 +234,7 @@ struct Op {
   const T* h;
   int64_t K;
   bool avx2;     // the AVX2 build of the tap sums
-  bool generic;  // every point through regsolve.h (NI_JIT_REGSOLVE_GENERIC=1)
+  bool generic;  // every point through regsolve/point.h (NI_JIT_REGSOLVE_GENERIC=1)
 
   View<T> view(const T* base, int64_t nc, int64_t b) const {
     View<T> v;

@@ -1,6 +1,6 @@
 // reg_relax_ on CPU: the residue-ordered layout of the rows, a colour's rows evaluated at
 // that colour's elements only, and the dependency-respecting waves in which the colours'
-// tasks run (regsolve/cpu/ops.cpp says why).
+// tasks run (ops.cpp says why).
 #pragma once
 
 #include <ATen/Parallel.h>

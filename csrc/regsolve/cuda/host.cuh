@@ -1,8 +1,8 @@
 // CUDA regsolve ops, host side (docs/regsolve-spec.md): the CPU ops' checks and messages
-// (regsolve_host.h, shared), the tap list merged as the CPU ops merge it, then one launch per
-// op (per colour for reg_relax_). Templated on a Policy (nitorch_jit/lines_cuda_host.cuh:
+// (regsolve/host.h, shared), the tap list merged as the CPU ops merge it, then one launch per
+// op (per colour for reg_relax_). Templated on a Policy (lines/cuda_host.cuh:
 // kDevice, on_device, Guard, stream, check, upload) so that the same code serves the CUDA
-// library (regsolve_cuda.cu) and the host emulation of the kernels
+// library (ops.cu) and the host emulation of the kernels
 // (tests/data/regsolve_cuda_emu.cpp).
 //
 // The constants of a call (the merged taps, where an interior voxel's taps read, the tap

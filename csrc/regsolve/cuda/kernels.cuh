@@ -1,11 +1,11 @@
-// CUDA kernels of module "regsolve": the definitions of regsolve_cuda.cuh. Included by exactly
-// one kernel file (regsolve_kernels.cu) and by the host emulation of the tests
+// CUDA kernels of module "regsolve": the definitions of params.cuh. Included by exactly
+// one kernel file (kernels.cu) and by the host emulation of the tests
 // (tests/data/regsolve_cuda_emu.cpp); torch-free.
 //
 // One thread per voxel (b, v), all output channels, each launch a grid-stride loop (any size,
 // 64-bit counters; element offsets in int32 when they fit). The per-point math is
-// nitorch_jit/regsolve.h, shared with the CPU kernels. A launch covers its voxels as a few
-// boxes (set_boxes, regsolve_cuda.cuh): first the interior, where no tap folds, so a tap reads
+// regsolve/point.h, shared with the CPU kernels. A launch covers its voxels as a few
+// boxes (set_boxes, params.cuh): first the interior, where no tap folds, so a tap reads
 // the voxel's element plus a precomputed offset and the self-coupling of the kind 0 taps is one
 // table; then the border shell, packed (its warps do not idle beside interior ones), where
 // the taps fold through their bounds (point_value, add_self_block). The taps (merged, sorted
@@ -110,7 +110,7 @@ __device__ __forceinline__ Voxel<I> voxel_at(const Data<T, I>& d, const Params& 
   return vx;
 }
 
-// The [nc, *S] view of batch b of a contiguous tensor (regsolve.h's point functions).
+// The [nc, *S] view of batch b of a contiguous tensor (regsolve/point.h's point functions).
 template <typename T, typename I>
 __device__ __forceinline__ View<T> view_of(const Data<T, I>& d, const T* base, int nc, I b) {
   View<T> v;

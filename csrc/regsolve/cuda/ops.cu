@@ -1,7 +1,7 @@
 // CUDA regsolve ops: the CUDA policy and the registration under the CUDA key. The host logic
-// is regsolve_cuda_host.cuh (its checks shared with the CPU ops: regsolve_host.h), the kernels
-// regsolve_kernels.cu (no torch header).
-// Host code only: the device passes skip it (as csrc/resize/resize_cuda.cu).
+// is host.cuh (its checks shared with the CPU ops: regsolve/host.h), the kernels
+// kernels.cu (no torch header).
+// Host code only: the device passes skip it (as csrc/resize/cuda/ops.cu).
 #ifndef __CUDA_ARCH__
 #include <torch/library.h>
 

@@ -1,6 +1,6 @@
 // CUDA kernels of module "regsolve" (docs/regsolve-spec.md): the launch parameters and the
-// launchers that the host code (regsolve_cuda_host.cuh) calls. No torch header: the kernels
-// (regsolve_kernels.cu) compile quickly and in parallel with the host file.
+// launchers that the host code (host.cuh) calls. No torch header: the kernels
+// (kernels.cu) compile quickly and in parallel with the host file.
 //
 // Every tensor is contiguous: x, out, g [B, C, *S], w [B, wc, *S], h [B, K, *S], so an element
 // (b, c, v) of a tensor with nc channels is at (b * nc + c) * S + v, v the voxel's index in
@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-// Hidden (as lines_cuda.h): each library calls its own.
+// Hidden (as lines/cuda.h): each library calls its own.
 #if defined(__GNUC__)
 #define NJ_REGSOLVE_API __attribute__((visibility("hidden")))
 #else

@@ -4,8 +4,8 @@
 // resize_adjoint:  out = A_0^T ... A_{D-1}^T R_0^T ... R_{D-1}^T in
 // over the last D = len(shape) dims. R_d samples dim d at x = scale[d] * o + shift[d] with a
 // B-spline (order[d], bound[d]; always extrapolating through the bound); its taps per output
-// index are tabulated once per call (nitorch_jit/resize.h). Each dim is one pass over tiles of
-// W adjacent lines (nitorch_jit/lines_cpu.h): load, prefilter in the tile (fused), resample
+// index are tabulated once per call (resize/taps.h). Each dim is one pass over tiles of
+// W adjacent lines (lines/cpu.h): load, prefilter in the tile (fused), resample
 // (gather, or scatter for the adjoint), store. No dense sampling grid is built.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -235,7 +235,7 @@ at::Tensor resize_adj(const at::Tensor& input, at::IntArrayRef shape,
 
 }  // namespace
 
-NJ_DEFINE_SET_TUNING()  // one per library: the knobs (host_output.h reads huge_pages)
+NJ_DEFINE_SET_TUNING()  // one per library: the knobs (core/host_output.h reads huge_pages)
 
 TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
   m.impl("resize", &resize_fwd);

@@ -1,7 +1,7 @@
 // CUDA resize ops, host side (docs/splinc-resize-spec.md): the CPU ops' checks and messages,
-// the same passes in the same order with the same tap tables (nitorch_jit/resize_tables.h),
-// then one launch per step. Templated on a Policy (nitorch_jit/lines_cuda_host.cuh) so that
-// the same code serves the CUDA library (resize_cuda.cu) and the host emulation of the kernels
+// the same passes in the same order with the same tap tables (resize/tables.h),
+// then one launch per step. Templated on a Policy (lines/cuda_host.cuh) so that
+// the same code serves the CUDA library (ops.cu) and the host emulation of the kernels
 // (tests/data/lines_cuda_emu.cpp).
 //
 // Each step along dim d works on contiguous [outer, len, inner] views:
@@ -59,7 +59,7 @@ void gather_dim(const at::Tensor& src, const at::Tensor& dst, int64_t d, const i
                                    dst.size(d), inner, idx, w, K, i32, Policy::stream()));
 }
 
-// resize (ADJ false) and resize_adjoint (ADJ true); see csrc/resize/resize_cpu.cpp.
+// resize (ADJ false) and resize_adjoint (ADJ true); see resize/cpu/ops.cpp.
 template <class Policy, bool ADJ>
 at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<double> scale,
                at::ArrayRef<double> shift, at::IntArrayRef order, at::IntArrayRef bound,

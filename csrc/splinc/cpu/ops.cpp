@@ -1,8 +1,8 @@
 // CPU kernels of module "splinc": interpolating B-spline coefficients.
 //
-// Filtering along one dim: tiles of W adjacent lines (nitorch_jit/lines_cpu.h) are copied
+// Filtering along one dim: tiles of W adjacent lines (lines/cpu.h) are copied
 // into a small buffer [n][W], filtered with the recursions vectorised across the W lanes
-// (nitorch_jit/splinc.h), and written back; lines::parallel_chunks distributes the tiles.
+// (lines/filter.h), and written back; lines::parallel_chunks distributes the tiles.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -19,7 +19,7 @@ namespace {
 
 using splinc::LinePlan;
 
-// The cost of filtering a tile of W lines of n (parallel.h's units): copy in and out, and per
+// The cost of filtering a tile of W lines of n (core/parallel.h's units): copy in and out, and per
 // pole a causal and an anti-causal recursion (a multiply-add each) on every element.
 inline int64_t tile_cost(int64_t n, int W, const LinePlan& plan) {
   return n * W * (2 + 2 * static_cast<int64_t>(plan.npoles));
@@ -126,7 +126,7 @@ void spline_coeff_nd_(const at::Tensor& input, at::IntArrayRef order, at::IntArr
 
 }  // namespace
 
-NJ_DEFINE_SET_TUNING()  // one per library: the knobs (host_output.h reads huge_pages)
+NJ_DEFINE_SET_TUNING()  // one per library: the knobs (core/host_output.h reads huge_pages)
 
 TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
   m.impl("spline_coeff_nd", &spline_coeff_nd);

@@ -1,11 +1,11 @@
 // CUDA splinc ops, host side (docs/splinc-resize-spec.md): the CPU ops' checks and messages,
-// the plans, the launches. Templated on a Policy (nitorch_jit/lines_cuda_host.cuh) so that
-// the same code serves the CUDA library (splinc_cuda.cu) and the host emulation of the
+// the plans, the launches. Templated on a Policy (lines/cuda_host.cuh) so that
+// the same code serves the CUDA library (ops.cu) and the host emulation of the
 // kernels (tests/data/lines_cuda_emu.cpp).
 //
 // The data are filtered in a contiguous buffer (the output; for the in-place op the input
 // itself when contiguous, else a contiguous copy written back at the end), one launch per
-// filtered dim, one thread per line (lines_cuda.cuh). Every plan goes to the device in one
+// filtered dim, one thread per line (lines/cuda.cuh). Every plan goes to the device in one
 // copy before the first launch.
 #pragma once
 

@@ -1,5 +1,5 @@
 // CUDA splinc ops: the CUDA policy and the registration under the CUDA key. The host logic is
-// splinc_cuda_host.cuh, the kernels splinc_kernels.cu (no torch header).
+// host.cuh, the kernels kernels.cu (no torch header).
 // Host code only: the device passes skip it (parsing the torch headers for the device took a
 // third of this file's compile time, for nothing).
 #ifndef __CUDA_ARCH__
