@@ -1,7 +1,7 @@
-// Coordinates of the AVX2 fast paths (select.h): a row's coordinates in
-// lanes (from a grid row or from the affine matrix), the last-cell rule of the order-1 pulls,
-// the mirror fold of extrapolated coordinates, and the 8-point blocks of the 2-D and 3-D paths
-// (base indices, interior lanes, fractional positions).
+// Coordinates of the AVX2 fast paths (select.h): a row's coordinates in lanes (from a grid row or
+// from the affine matrix), the last-cell rule of the order-1 pulls, the mirror fold of extrapolated
+// coordinates, and the 8-point blocks of the 2-D and 3-D paths (base indices, interior lanes,
+// fractional positions).
 #pragma once
 
 #if defined(__GNUC__) && defined(__x86_64__)

@@ -1,7 +1,7 @@
-// The vector primitives of the AVX2 fast paths (select.h): the lane order of
-// a block, products kept apart from the adds, cubic weights in lanes, tap loads, transposes and
-// horizontal sums. Every function is compiled for AVX2 + FMA (NJ_AVX2) and inlined into the
-// paths, which are chosen at run time when the CPU has it.
+// The vector primitives of the AVX2 fast paths (select.h): the lane order of a block, products kept
+// apart from the adds, cubic weights in lanes, tap loads, transposes and horizontal sums. Every
+// function is compiled for AVX2 + FMA (NJ_AVX2) and inlined into the paths, which are chosen at run
+// time when the CPU has it.
 #pragma once
 
 #if defined(__GNUC__) && defined(__x86_64__)

@@ -1,5 +1,4 @@
-// The 2-D grid_pull / affine_pull fast paths of float32, orders 1 and 3
-// (select.h chooses them).
+// The 2-D grid_pull / affine_pull fast paths of float32, orders 1 and 3 (select.h chooses them).
 #pragma once
 
 #if defined(__GNUC__) && defined(__x86_64__)

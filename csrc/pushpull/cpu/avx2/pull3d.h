@@ -1,6 +1,5 @@
-// The 3-D grid_pull / affine_pull fast paths, orders 1 and 3, float32 and float64
-// (select.h chooses them), and CubicLanes, the lane traits of the float64
-// and order-3 paths.
+// The 3-D grid_pull / affine_pull fast paths, orders 1 and 3, float32 and float64 (select.h chooses
+// them), and CubicLanes, the lane traits of the float64 and order-3 paths.
 #pragma once
 
 #if defined(__GNUC__) && defined(__x86_64__)

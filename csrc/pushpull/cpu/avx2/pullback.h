@@ -1,5 +1,5 @@
-// The grid_pull_backward fast paths of float32, order 1, 2-D and 3-D
-// (select.h chooses them; push.cpp's PullBackOp calls them).
+// The grid_pull_backward fast paths of float32, order 1, 2-D and 3-D (select.h chooses them;
+// push.cpp's PullBackOp calls them).
 #pragma once
 
 #if defined(__GNUC__) && defined(__x86_64__)

@@ -1,6 +1,6 @@
-// The scaffold every AVX2 fast path shares (select.h): the points a vector
-// block cannot take, redone one by one by the scalar fast path (ScalarPoints), and the walk of
-// a row in blocks of lanes, a chunk of blocks at a time, then its tail (Avx2Path).
+// The scaffold every AVX2 fast path shares (select.h): the points a vector block cannot take,
+// redone one by one by the scalar fast path (ScalarPoints), and the walk of a row in blocks of
+// lanes, a chunk of blocks at a time, then its tail (Avx2Path).
 #pragma once
 
 #if defined(__GNUC__) && defined(__x86_64__)

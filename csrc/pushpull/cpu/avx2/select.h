@@ -1,8 +1,7 @@
-// Fast paths on CPU with AVX2 + FMA (compiled for that target only, chosen at run time when the
-// CPU has it), every dim of the same order: grid_pull / affine_pull of orders 1 and 3 in 2-D and
-// 3-D (float32) and in 3-D (float64), and grid_pull_backward of order 1 in 2-D and 3-D
-// (float32; push.cpp). pull.cpp's older Pull1Avx2 serves sources whose last dim is
-// strided.
+// Fast paths on CPU with AVX2 + FMA (compiled for that target only, chosen at run time when the CPU
+// has it), every dim of the same order: grid_pull / affine_pull of orders 1 and 3 in 2-D and 3-D
+// (float32) and in 3-D (float64), and grid_pull_backward of order 1 in 2-D and 3-D (float32;
+// push.cpp). pull.cpp's older Pull1Avx2 serves sources whose last dim is strided.
 //
 // A block of points of a row at a time (8 floats, 4 doubles): coordinates (deinterleaved or
 // plain loads, or computed from the matrix), interior test, base indices and weights in vector
