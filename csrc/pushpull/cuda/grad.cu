@@ -1,4 +1,5 @@
-// grid_grad on CUDA: kernels for every dtype (docs/pushpull-spec.md).
+// Instantiation stub: the CUDA kernels of grid_grad for every dtype (kernels.cuh holds
+// them; docs/pushpull-spec.md). One file per op, so that nvcc builds the ops in parallel.
 #include "pushpull/cuda/kernels.cuh"
 
 namespace nitorch_jit {
