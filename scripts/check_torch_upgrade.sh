@@ -21,7 +21,9 @@ echo "== building the wheel"
 WHEEL=$(ls "$WORK"/dist/nitorch_jit-*.whl)
 case "$WHEEL" in *py3-none-any.whl) ;; *) echo "FAIL: not a pure wheel: $WHEEL"; exit 1;; esac
 LISTING=$(unzip -l "$WHEEL")  # (not piped into grep -q: pipefail would see unzip's SIGPIPE)
-grep -q "nitorch_jit/csrc/pushpull/pull_cpu.cpp" <<<"$LISTING" || { echo "FAIL: wheel lacks csrc"; exit 1; }
+for f in core/bounds.h lines/filter.h pushpull/cpu/pull.cpp pushpull/cpu/avx2/select.h pushpull/cuda/ops.cu; do
+    grep -q "nitorch_jit/csrc/$f" <<<"$LISTING" || { echo "FAIL: wheel lacks csrc/$f"; exit 1; }
+done
 
 venv() {  # venv DIR TORCH_VERSION
     if [ ! -x "$1/bin/python" ] || ! "$1/bin/python" -c "import torch,sys; sys.exit(torch.__version__.split('+')[0] != '$2')" 2>/dev/null; then

@@ -17,7 +17,7 @@ HAVE_GPU = torch.cuda.is_available()
 _EMU_LIBS = []  # schema definitions of the emulated namespaces, kept alive
 
 
-def load_emulation(namespace, modules, source, folders, build_name):
+def load_emulation(namespace, modules, source, build_name):
     """torch.ops.<namespace>: the host emulation of the CUDA kernels of `modules` (the ops of
     tests/data/<source>, registered under that namespace with the modules' schemas), built
     once per test cache. Skips the test without the CUDA headers or a compiler."""
@@ -46,8 +46,7 @@ def load_emulation(namespace, modules, source, folders, build_name):
     cpp_extension.load(
         name="nj_" + build_name,
         sources=[str(root / "tests" / "data" / source)],
-        extra_include_paths=[str(root / "csrc" / "include")]
-        + [str(root / "csrc" / f) for f in folders] + [str(Path(home) / "include")],
+        extra_include_paths=[str(root / "csrc"), str(Path(home) / "include")],
         extra_cflags=["-O1", "-Wno-attributes"],
         build_directory=str(build),
         is_python_module=False,
@@ -309,7 +308,7 @@ class OpLog(TorchDispatchMode):
 
 # ----------------------------------------------------------------------------- tiled scatter
 # push and pull_backward have a block-tiled kernel for grids with one point per source voxel
-# (csrc/pushpull/pushpull_tiles.cuh); the cuda_tiles knob turns it off. Shapes with partial
+# (csrc/pushpull/cuda/tiles.cuh); the cuda_tiles knob turns it off. Shapes with partial
 # tiles (3-D tiles: 8 x 16 x 16 points in float32, 4 x 16 x 16 in float64; 2-D: 32 x 64).
 TILE_OPS = ["grid_push", "grid_pull_backward"]
 TILE_SHAPES = {2: [40, 70], 3: [10, 20, 18]}

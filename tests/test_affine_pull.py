@@ -96,8 +96,8 @@ def test_equals_grid_pull_float32(D, order):
 
 @pytest.mark.parametrize("D,order", [(2, 1), (2, 3), (3, 1)])
 def test_equals_grid_pull_float32_interior(D, order, knobs):
-    """float32 through the vectorised fast paths (fastpath_cpu.h, coordinates of a row written
-    to a buffer): long rows mostly inside the source, bit for bit equal to grid_pull on the
+    """float32 through the vectorised fast paths (pushpull/cpu/avx2/, coordinates of a row
+    written to a buffer): long rows mostly inside the source, bit for bit equal to grid_pull on the
     materialised grid, and equal to the scalar path with the avx2 knob off (to rounding)."""
     src, out = [23, 21, 40][-D:], [19, 17, 37][-D:]
     x = randn(2, 3, *src, dtype=F32)
@@ -118,7 +118,7 @@ def test_equals_grid_pull_float32_interior(D, order, knobs):
                                            (3, 1, F64), (3, 3, F64)])
 def test_equals_grid_pull_mirror_fold(D, order, dtype, knobs):
     """Extrapolated dct1 / dct2 pulls whose points lie mostly far outside the source (a zoom out
-    by ~4, offset): the fast paths fold them into the source (fastpath_cpu.h, MirrorFold), in
+    by ~4, offset): the fast paths fold them into the source (avx2/coords.h, MirrorFold), in
     affine_pull as in grid_pull: bit for bit equal on the materialised grid, and equal to the
     scalar path to rounding."""
     src, out = [11, 9, 14][-D:], [13, 12, 40][-D:]

@@ -25,8 +25,7 @@ F32, F64 = torch.float32, torch.float64
 @pytest.fixture(scope="module")
 def EMU():
     """torch.ops.nj_emu: the emulated CUDA kernels (built once per test cache)."""
-    return K.load_emulation("nj_emu", ["pushpull"], "pushpull_cuda_emu.cpp", ["pushpull"],
-                            "pushpull_cuda_emu")
+    return K.load_emulation("nj_emu", ["pushpull"], "pushpull_cuda_emu.cpp", "pushpull_cuda_emu")
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The CUDA splinc and resize kernels, run by their host emulation (no GPU needed).
 
 tests/data/lines_cuda_emu.cpp compiles the CUDA sources of csrc/splinc and csrc/resize (the
-line kernels of nitorch_jit/lines_cuda.cuh, the host-side checks, plans, tables and passes)
+line kernels of lines/cuda.cuh, the host-side checks, plans, tables and passes)
 with the host C++ compiler, emulating the CUDA built-ins and running the threads of each launch
 one after the other, with a grid of at most 2 blocks so that the grid-stride loops run. Its
 ops (namespace nj_emu_lines, CPU tensors) are compared with the compiled CPU kernels on every
@@ -28,7 +28,7 @@ F32, F64 = torch.float32, torch.float64
 def EMU():
     """torch.ops.nj_emu_lines: the emulated CUDA kernels (built once per test cache)."""
     return load_emulation("nj_emu_lines", ["splinc", "resize"], "lines_cuda_emu.cpp",
-                          ["splinc", "resize"], "lines_cuda_emu")
+                          "lines_cuda_emu")
 
 
 @pytest.fixture(scope="module")

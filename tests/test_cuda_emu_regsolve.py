@@ -1,8 +1,8 @@
 """The CUDA regsolve kernels, run by their host emulation (no GPU needed).
 
 tests/data/regsolve_cuda_emu.cpp compiles the CUDA sources of csrc/regsolve (the kernels of
-regsolve_kernels.cuh, the host logic of regsolve_cuda_host.cuh and the checks it shares with the
-CPU ops) with the host C++ compiler, emulating the CUDA built-ins and running the threads of
+regsolve/cuda/kernels.cuh, the host logic of regsolve/cuda/host.cuh and the checks it shares with
+the CPU ops) with the host C++ compiler, emulating the CUDA built-ins and running the threads of
 each launch one after the other, with a grid of at most 2 blocks so that the grid-stride loops
 run. Its ops (namespace nj_emu_regsolve, CPU tensors) are compared with the compiled CPU kernels
 to 1e-10 in float64 (1e-5 in float32) on random tap lists (every kind, offsets within +-2, every
@@ -31,7 +31,7 @@ F32, F64 = torch.float32, torch.float64
 def EMU():
     """torch.ops.nj_emu_regsolve: the emulated CUDA kernels (built once per test cache)."""
     return load_emulation("nj_emu_regsolve", ["regsolve"], "regsolve_cuda_emu.cpp",
-                          ["regsolve"], "regsolve_cuda_emu")
+                          "regsolve_cuda_emu")
 
 
 

@@ -8,8 +8,9 @@ tests/test_pushpull_torch.py); adjointness; finite differences (grad of pull, he
 grad_dot); thread-count independence of the scatters (private buffers and atomic path);
 strides (non-contiguous, batch stride 0); float32, including the AVX2 order-1 pull path
 (the avx2 tuning knob off selects the scalar one); out-of-range and non-finite points; bad input
-raising instead of crashing; bounds.h and spline.h compiled on their own. The scatters' atomic
-path is forced with the push_buffer_mb knob at 0. The contract is docs/pushpull-spec.md.
+raising instead of crashing; core/bounds.h and core/spline.h compiled on their own. The
+scatters' atomic path is forced with the push_buffer_mb knob at 0. The contract is
+docs/pushpull-spec.md.
 """
 import itertools
 import math
@@ -143,8 +144,8 @@ def test_vs_torch_fast_paths_larger(C, TORCH, op, order, D, Cn):
 
 HEADER_PROBE = r"""
 #include <cstdio>
-#include "nitorch_jit/bounds.h"
-#include "nitorch_jit/spline.h"
+#include "core/bounds.h"
+#include "core/spline.h"
 using namespace nitorch_jit;
 int main() {
   for (int b = 0; b < 7; ++b)
@@ -203,15 +204,14 @@ def truncated_power(o, t, der):
 
 
 def test_headers_fold_and_splines(tmp_path):
-    """bounds.h and spline.h on their own (no torch): the other modules and the CUDA kernels
-    include them directly."""
+    """core/bounds.h and core/spline.h on their own (no torch): the other modules and the CUDA
+    kernels include them directly."""
     import shutil
     import subprocess
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no C++ compiler")
-    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc",
-                           "include")
+    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
     src = tmp_path / "probe.cpp"
     src.write_text(HEADER_PROBE)
     exe = tmp_path / "probe"

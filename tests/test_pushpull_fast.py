@@ -1,4 +1,4 @@
-"""The CPU fast paths of csrc/pushpull/fastpath_cpu.h and the batch-split scatter.
+"""The CPU fast paths of csrc/pushpull/cpu/avx2/ and the batch-split scatter.
 
 Fast paths (AVX2 + FMA, every dim of one order): grid_pull of orders 1 and 3 in 2-D and 3-D
 (float32) and in 3-D (float64), and grid_pull_backward of order 1 in 2-D and 3-D. Each is checked on the
@@ -298,7 +298,7 @@ def far_coords(shape_out, shape_in, dtype, seed=0):
 @pytest.mark.parametrize("bound", ["dct1", "dct2", "dst2"])
 def test_pull_mirror_fold_far_outside(C, TORCH, D, order, dtype, bound):
     """Extrapolated pulls fold coordinates on dct1 / dct2 dims into the source (MirrorFold in
-    fastpath_cpu.h) and take them in the vector path: equal to the scalar path to rounding,
+    avx2/coords.h) and take them in the vector path: equal to the scalar path to rounding,
     far outside, on the mirror points and period boundaries, and for NaN / inf / huge values
     (dst2: no fold, the control)."""
     b = BOUNDS.index(bound)
@@ -366,7 +366,7 @@ def test_fast_paths_taken_and_rounding(C):
 @pytest.mark.parametrize("ex", [False, True])
 def test_pull_last_voxel(C, TORCH, D, dtype, bound, ex):
     """Order-1 pulls take a coordinate exactly on the last voxel (n - 1) in the vector path, as
-    the end of cell n - 2 (LastCell in fastpath_cpu.h): equal to the scalar path and the twin
+    the end of cell n - 2 (LastCell in avx2/coords.h): equal to the scalar path and the twin
     to rounding, and an identity grid returns the input exactly."""
     b = BOUNDS.index(bound)
     S = (9, 13) if D == 2 else (5, 6, 7)

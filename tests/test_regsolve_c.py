@@ -6,8 +6,8 @@ channel taps) and on the realistic ones of ops.regularisers.taps; D = 1, 2, 3; s
 5, 8 (rows with and without an interior); K = 1, C, C(C+1)/2; weights of 1 and C channels;
 float32; non-contiguous inputs; relax in place, also on a non-contiguous x, the same bit for
 bit on 1, 2 or 3 threads (its wave order), a gradient that is x; singular voxel blocks; the
-generic per-point path of regsolve.h (the regsolve_generic tuning knob) and the header compiled on
-its own; bad arguments raising RuntimeError that names the argument. The contract
+generic per-point path of regsolve/point.h (the regsolve_generic tuning knob) and the header
+compiled on its own; bad arguments raising RuntimeError that names the argument. The contract
 is docs/regsolve-spec.md.
 """
 import itertools
@@ -156,7 +156,7 @@ def test_matvec_no_taps_and_empty(C):
 
 
 def test_generic_point_path(C, knobs):
-    """regsolve_generic knob: every point through regsolve.h alone (point_value,
+    """regsolve_generic knob: every point through regsolve/point.h alone (point_value,
     add_self_block, add_hess_block, chol_solve), as the CUDA kernels will use it."""
     torch.manual_seed(6)
     rng = random.Random(6)
@@ -415,7 +415,7 @@ def test_relax_in_place_noncontiguous_float32(C):
 # ----------------------------------------------------------------------------- header
 HEADER_PROBE = r"""
 #include <cstdio>
-#include "nitorch_jit/regsolve.h"
+#include "regsolve/point.h"
 using namespace nitorch_jit::regsolve;
 int main() {
   // packed order for C = 4: 00 11 22 33 01 02 03 12 13 23
@@ -435,14 +435,13 @@ int main() {
 
 
 def test_header_on_its_own(tmp_path):
-    """regsolve.h compiles without torch (the CUDA kernels include it)."""
+    """regsolve/point.h compiles without torch (the CUDA kernels include it)."""
     import shutil
     import subprocess
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no C++ compiler")
-    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc",
-                           "include")
+    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
     src = tmp_path / "probe.cpp"
     src.write_text(HEADER_PROBE)
     exe = tmp_path / "probe"

@@ -1,7 +1,7 @@
 """Small calls (issue 19): the parallel grain of the CPU kernels and the fast call path.
 
 - Every family gives the same result below, at and above the grain threshold of
-  csrc/include/nitorch_jit/parallel.h (moved with the parallel_min_work tuning knob, so that one
+  csrc/core/parallel.h (moved with the parallel_min_work tuning knob, so that one
   input runs serially and split among threads): bit for bit where the kernel is deterministic
   (gathers, the prefilter, resize, the regularisers and the relaxation), to rounding for the
   scatters (private copies summed in a fixed order). For pushpull the threshold is computed
@@ -50,7 +50,7 @@ def _data(shape, channels=2, dtype=F64, seed=0):
 
 
 def _point_cost(order, dim, channels, der, scatter):
-    """parallel.h's cost of one point (pushpull_cpu.h: point_cost)."""
+    """core/parallel.h's cost of one point (pushpull/cpu/loop.h: point_cost)."""
     c = (order + 1) ** dim * channels * (1 + der)
     return c + c // 2 if scatter else c
 

@@ -16,7 +16,7 @@ from .schemas import MODULES
 NAME = "C"
 _PKG = Path(__file__).resolve().parent.parent
 # installed wheel: nitorch_jit/csrc; source checkout / editable install: <repo>/csrc
-CSRC = _PKG / "csrc" if (_PKG / "csrc" / "include").is_dir() else _PKG.parent / "csrc"
+CSRC = _PKG / "csrc" if (_PKG / "csrc" / "core").is_dir() else _PKG.parent / "csrc"
 # what makes a build fail here (a missing tool, a compile error, an unusable cache)
 BUILD_ERRORS = (toolchain.ToolchainError, jit.BuildError, jit.CacheError, BackendError)
 
@@ -25,7 +25,8 @@ _SUFFIX = {"cpu": "*.cpp", "cuda": "*.cu"}
 
 
 def sources(module, device_type):
-    """The translation units of `module`'s library for `device_type` (empty if it has none).
+    """The translation units of `module`'s library for `device_type`: csrc/<module>/cpu/*.cpp
+    or csrc/<module>/cuda/*.cu (empty if it has none).
 
     Examples
     --------
@@ -33,12 +34,13 @@ def sources(module, device_type):
     >>> all(p.suffix == ".cpp" for p in compiled.sources("resize", "cpu"))
     True
     """
-    folder = CSRC / module
+    folder = CSRC / module / device_type
     return sorted(folder.glob(_SUFFIX[device_type])) if device_type in _SUFFIX else []
 
 
 def module_spec(module, device_type, archs=None):
-    """Describe the library of `module` for `device_type` ('cpu' or 'cuda').
+    """Describe the library of `module` for `device_type` ('cpu' or 'cuda'): its sources
+    (``sources``); headers are included from csrc/ ("core/bounds.h", "<module>/point.h").
 
     Parameters
     ----------
@@ -65,7 +67,7 @@ def module_spec(module, device_type, archs=None):
     if device_type == "cpu":
         omp = toolchain.openmp_flags()
         # no -std flag: torch adds the standard its headers need (c++17 up to 2.x, c++20 later)
-        return jit.ModuleSpec(module, "cpu", sources(module, "cpu"), [CSRC / "include", folder],
+        return jit.ModuleSpec(module, "cpu", sources(module, "cpu"), [CSRC],
                               cflags=["-O3"] + omp, ldflags=list(omp))
     if device_type == "cuda":
         if not toolchain.cuda_enabled():
@@ -76,7 +78,7 @@ def module_spec(module, device_type, archs=None):
         archs = toolchain.parse_arch_list(archs)
         # no -std for nvcc: torch.utils.cpp_extension adds the standard its torch needs
         # (c++17, or c++20 from torch 2.14 on, whose headers reject c++17)
-        return jit.ModuleSpec(module, "cuda", units, [CSRC / "include", folder],
+        return jit.ModuleSpec(module, "cuda", units, [CSRC],
                               cflags=["-O3"],
                               cuda_cflags=["-O3", "--expt-relaxed-constexpr"]
                               + toolchain.arch_flags(archs),

@@ -16,7 +16,7 @@ knob                       variable            meaning
                                                reuse, per library (default 256; 0: off)
 ``parallel_min_work``      NI_JIT_PARALLEL_MIN_WORK  CPU: least work per thread (multiply-adds)
                                                for a kernel to go parallel (default 2^19;
-                                               csrc/include/nitorch_jit/parallel.h)
+                                               csrc/core/parallel.h)
 =========================  ==================  ===============================================
 
 Tests and benchmarks switch them with ``override(...)``, which reaches every loaded library.
@@ -26,7 +26,7 @@ import ctypes
 import os
 import threading
 
-# The order of csrc/include/nitorch_jit/tuning.h's Knob enum.
+# The order of csrc/core/tuning.h's Knob enum.
 KNOBS = (
     "avx2", "regsolve_generic", "cuda_tiles", "cuda_index32", "push_buffer_mb", "huge_pages",
     "output_cache_mb", "parallel_min_work",
@@ -35,7 +35,7 @@ _SIZES = ("push_buffer_mb", "output_cache_mb", "parallel_min_work")  # whole num
 
 # Least work per thread of a parallel region, in multiply-adds (~1 ns each): measured on a
 # 2-core VM, where a region costs ~20 us idle and 4-20 ms at p95 with the other core busy
-# (csrc/include/nitorch_jit/parallel.h says how the kernels use it).
+# (csrc/core/parallel.h says how the kernels use it).
 PARALLEL_MIN_WORK = 1 << 19
 
 _LOCK = threading.Lock()

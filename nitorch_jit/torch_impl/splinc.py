@@ -12,7 +12,7 @@ filter of order n factors into pairs of first-order recursions, one pair per pol
 The boundary sums are exact (a full period of the extension divided by 1 - z^P) when the
 period is shorter than the decay horizon of z, and truncated at that horizon otherwise.
 The plan (poles, gain, the (index, weight) lists of both initialisations) is computed here
-exactly as in csrc/include/nitorch_jit/splinc.h, so that C and TORCH agree to rounding.
+exactly as in csrc/lines/filter.h, so that C and TORCH agree to rounding.
 
 Bound codes: those of nitorch_jit.codes (docs/pushpull-spec.md). As in NITorch, zero is
 filtered as dct1 and replicate as dct2.

@@ -38,7 +38,7 @@ void nj_emulate_launch(dim3 grid, dim3 block, F&& kernel) {
       }
 }
 
-// Blocks of the tiled scatter (pushpull_tiles.cuh): its steps, separated by __syncthreads() on
+// Blocks of the tiled scatter (pushpull/cuda/tiles.cuh): its steps, separated by __syncthreads() on
 // a GPU, run one after the other, each over every thread of the block (in reverse order every
 // other step, so that a step that depends on the order of its threads shows); the block's
 // shared window starts as NaN (all bits set: shared memory is not initialised).

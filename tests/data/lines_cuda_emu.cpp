@@ -1,6 +1,6 @@
 // Host emulation of the CUDA splinc and resize kernels (tests/test_cuda_emu_lines.py):
 // compiles the CUDA sources of csrc/splinc and csrc/resize (the line kernels of
-// nitorch_jit/lines_cuda.cuh and both modules' host logic) with the host compiler and runs
+// lines/cuda.cuh and both modules' host logic) with the host compiler and runs
 // every "thread" of every launch one after the other on the CPU. It checks the kernels'
 // logic (line and element indexing, grid-stride loops, plans and tables in the uploaded
 // buffer, 32/64-bit offsets) without a GPU; what only a GPU does (memory spaces, the launch
@@ -19,14 +19,14 @@
 #include "cuda_emu.h"
 
 #define __noinline__ __attribute__((noinline))
-#include "nitorch_jit/lines_cuda.cuh"
+#include "lines/cuda.cuh"
 #undef __noinline__
 
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include "resize_cuda_host.cuh"
-#include "splinc_cuda_host.cuh"
+#include "resize/cuda/host.cuh"
+#include "splinc/cuda/host.cuh"
 
 #include "cuda_emu_policy.h"
 

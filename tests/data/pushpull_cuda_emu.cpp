@@ -22,18 +22,18 @@ using std::isfinite;
 
 #include <type_traits>  // (standard headers first: they use __attribute__((__noinline__)))
 #define __noinline__ __attribute__((noinline))
-#include "grad_cuda.cu"
-#include "graddot_cuda.cu"
-#include "hessdot_cuda.cu"
-#include "pullback_cuda.cu"
-#include "pull_cuda.cu"
-#include "push_cuda.cu"
-#include "pushgrad_cuda.cu"
+#include "pushpull/cuda/grad.cu"
+#include "pushpull/cuda/graddot.cu"
+#include "pushpull/cuda/hessdot.cu"
+#include "pushpull/cuda/pullback.cu"
+#include "pushpull/cuda/pull.cu"
+#include "pushpull/cuda/push.cu"
+#include "pushpull/cuda/pushgrad.cu"
 #undef __noinline__
 
 #include <torch/library.h>
 
-#include "pushpull_cuda_host.cuh"
+#include "pushpull/cuda/host.cuh"
 
 namespace nitorch_jit {
 namespace pushpull {

@@ -1,6 +1,6 @@
 // Host emulation of the CUDA regsolve kernels (tests/test_cuda_emu_regsolve.py): compiles the
-// CUDA sources of csrc/regsolve (the kernels of regsolve_kernels.cuh and the host logic of
-// regsolve_cuda_host.cuh, with the checks it shares with the CPU ops) with the host compiler
+// CUDA sources of csrc/regsolve (the kernels of regsolve/cuda/kernels.cuh and the host logic of
+// regsolve/cuda/host.cuh, with the checks it shares with the CPU ops) with the host compiler
 // and runs every "thread" of every launch one after the other on the CPU, with at most 2
 // blocks per grid so that the grid-stride loops run. It checks the kernels' logic (voxel and
 // colour indexing, the interior and border paths, the staged taps, the voxel solves in
@@ -21,13 +21,13 @@
 #include "cuda_emu.h"
 
 #define __noinline__ __attribute__((noinline))
-#include "regsolve_kernels.cuh"
+#include "regsolve/cuda/kernels.cuh"
 #undef __noinline__
 
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include "regsolve_cuda_host.cuh"
+#include "regsolve/cuda/host.cuh"
 
 #include "cuda_emu_policy.h"
 

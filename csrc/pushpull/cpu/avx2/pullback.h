@@ -1,0 +1,179 @@
+// The grid_pull_backward fast paths of float32, order 1, 2-D and 3-D (select.h chooses them;
+// push.cpp's PullBackOp calls them).
+#pragma once
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include "pushpull/cpu/avx2/coords.h"
+#include "pushpull/cpu/avx2/rows.h"
+
+namespace nitorch_jit {
+namespace pushpull {
+namespace cpu {
+
+// grid_pull_backward, order 1: per block, the weights once; per channel, the 4 taps of each
+// point (two 64-bit loads, then a transpose to one vector per tap), the grid gradient
+// contracted with the incoming gradient in vector registers, and the 4 scatter adds of each
+// interior point in scalar code (points of one block may share voxels), in the order of the
+// scalar path (point by point, so the same sums up to rounding). Op is PullBackOp
+// (pushpull/cpu/push.cpp) adding plainly into op.out.
+template <class Op>
+struct PullBack2dAvx2 : Avx2Path<1, 2, 1, Op> {
+  using Base = Avx2Path<1, 2, 1, Op>;
+  using Base::Base, Base::G, Base::op;
+
+  template <class Row>
+  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+    const Coords2d<1> coords(G);
+    const int64_t s1 = G.sst[1];
+    const int64_t vstep = op.gs.s[2];  // incoming gradient: stride along the row
+    const __m256i vlane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_epi32(static_cast<int>(vstep)));
+    const float* vrow = op.gr + op.gs.at(pt);
+    const float* ib = op.in + pt.b * op.sB;
+    float* ob = op.out + pt.b * op.C * op.N;
+    float* gg = op.gg + (pt.b * op.P + pt.p) * 2;
+    const __m256 one = _mm256_set1_ps(1.f);
+    this->template blocks<8, 1>(pt, r, count, [&](int, int64_t l) NJ_AVX2_LAMBDA {
+      Block2d blk;
+      coords.load(r, l, blk);
+      const __m256 w10 = _mm256_sub_ps(one, blk.u1), w11 = blk.u1;
+      const __m256 w20 = _mm256_sub_ps(one, blk.u2), w21 = blk.u2;
+      alignas(32) int32_t idx[8];  // base indices, natural order
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
+      __m256 acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+      for (int64_t c = 0; c < op.C; ++c) {
+        const float* vp = vrow + c * op.gs.sC + l * vstep;
+        const __m256 v = vstep == 1 ? _mm256_loadu_ps(vp) : _mm256_i32gather_ps(vp, vlane, 4);
+        const float* img = ib + c * op.sC;
+        __m256 t00, t01, t10, t11;
+        bilinear_taps8(img, idx, s1, t00, t01, t10, t11);
+        // d/du1 and d/du2 of the bilinear form
+        const __m256 r0 = _mm256_fmadd_ps(w21, t01, _mm256_mul_ps(w20, t00));
+        const __m256 r1 = _mm256_fmadd_ps(w21, t11, _mm256_mul_ps(w20, t10));
+        const __m256 d1 = _mm256_sub_ps(r1, r0);
+        const __m256 d2 = _mm256_fmadd_ps(w11, _mm256_sub_ps(t11, t10),
+                                          _mm256_mul_ps(w10, _mm256_sub_ps(t01, t00)));
+        // a zero incoming gradient adds nothing (as in the scalar path: not even 0 * inf)
+        const __m256 nz = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+        acc1 = _mm256_add_ps(acc1, _mm256_and_ps(nz, _mm256_mul_ps(v, d1)));
+        acc2 = _mm256_add_ps(acc2, _mm256_and_ps(nz, _mm256_mul_ps(v, d2)));
+        const __m256 a0 = _mm256_mul_ps(w10, v), a1 = _mm256_mul_ps(w11, v);
+        alignas(32) float p00[8], p01[8], p10[8], p11[8];
+        _mm256_store_ps(p00, _mm256_mul_ps(a0, w20));
+        _mm256_store_ps(p01, _mm256_mul_ps(a0, w21));
+        _mm256_store_ps(p10, _mm256_mul_ps(a1, w20));
+        _mm256_store_ps(p11, _mm256_mul_ps(a1, w21));
+        float* out = ob + c * op.N;
+        for (int j = 0; j < 8; ++j) {
+          if (!((blk.in_mask >> j) & 1)) continue;
+          float* o = out + idx[j];
+          o[0] += p00[j];
+          o[1] += p01[j];
+          o[s1] += p10[j];
+          o[s1 + 1] += p11[j];
+        }
+      }
+      // grid gradient [.., 2] interleaved: (acc1[j], acc2[j]) for j = 0..7
+      const __m256 lo = _mm256_unpacklo_ps(acc1, acc2), hi = _mm256_unpackhi_ps(acc1, acc2);
+      _mm256_storeu_ps(gg + 2 * l, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_storeu_ps(gg + 2 * l + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+      return blk.in_mask;
+    }, NoEmit());
+  }
+};
+
+// grid_pull_backward, 3-D, order 1: as PullBack2dAvx2 with 8 taps (four 64-bit loads per point
+// and channel, then a transpose) and 8 scalar scatter adds per interior point.
+template <class Op>
+struct PullBack3dAvx2 : Avx2Path<1, 3, 1, Op> {
+  using Base = Avx2Path<1, 3, 1, Op>;
+  using Base::Base, Base::G, Base::op;
+
+  template <class Row>
+  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+    const Coords3d coords(G);
+    const int64_t s0 = G.sst[0], s1 = G.sst[1];
+    const int64_t vstep = op.gs.s[2];
+    const __m256i vlane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_epi32(static_cast<int>(vstep)));
+    const float* vrow = op.gr + op.gs.at(pt);
+    const float* ib = op.in + pt.b * op.sB;
+    float* ob = op.out + pt.b * op.C * op.N;
+    float* gg = op.gg + (pt.b * op.P + pt.p) * 3;
+    const __m256 one = _mm256_set1_ps(1.f);
+    this->template blocks<8, 1>(pt, r, count, [&](int, int64_t l) NJ_AVX2_LAMBDA {
+      Block3d blk;
+      coords.load(r, l, blk);
+      __m256 w[3][2];
+      for (int k = 0; k < 3; ++k) {
+        w[k][0] = _mm256_sub_ps(one, blk.u[k]);
+        w[k][1] = blk.u[k];
+      }
+      __m256 w01[2][2];  // w0[a] * w1[b]
+      for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b) w01[a][b] = _mm256_mul_ps(w[0][a], w[1][b]);
+      alignas(32) int32_t idx[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
+      __m256 acc[3] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int64_t c = 0; c < op.C; ++c) {
+        const float* vp = vrow + c * op.gs.sC + l * vstep;
+        const __m256 v = vstep == 1 ? _mm256_loadu_ps(vp) : _mm256_i32gather_ps(vp, vlane, 4);
+        const float* img = ib + c * op.sC;
+        __m256 t[8];  // tap 4 a + 2 b + c, one lane per point
+        for (int j = 0; j < 8; ++j) t[j] = trilinear_taps(img + idx[j], s0, s1);
+        transpose8(t, t);
+        __m256 r[2][2], e[2][2];  // along dim 2: value w2 . t and difference t1 - t0
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b) {
+            const __m256 t0 = t[4 * a + 2 * b], t1 = t[4 * a + 2 * b + 1];
+            r[a][b] = _mm256_fmadd_ps(w[2][1], t1, _mm256_mul_ps(w[2][0], t0));
+            e[a][b] = _mm256_sub_ps(t1, t0);
+          }
+        __m256 q[2], dq1[2], dq2[2];
+        for (int a = 0; a < 2; ++a) {
+          q[a] = _mm256_fmadd_ps(w[1][1], r[a][1], _mm256_mul_ps(w[1][0], r[a][0]));
+          dq1[a] = _mm256_sub_ps(r[a][1], r[a][0]);
+          dq2[a] = _mm256_fmadd_ps(w[1][1], e[a][1], _mm256_mul_ps(w[1][0], e[a][0]));
+        }
+        const __m256 d0 = _mm256_sub_ps(q[1], q[0]);
+        const __m256 d1 = _mm256_fmadd_ps(w[0][1], dq1[1], _mm256_mul_ps(w[0][0], dq1[0]));
+        const __m256 d2 = _mm256_fmadd_ps(w[0][1], dq2[1], _mm256_mul_ps(w[0][0], dq2[0]));
+        const __m256 nz = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+        acc[0] = _mm256_add_ps(acc[0], _mm256_and_ps(nz, _mm256_mul_ps(v, d0)));
+        acc[1] = _mm256_add_ps(acc[1], _mm256_and_ps(nz, _mm256_mul_ps(v, d1)));
+        acc[2] = _mm256_add_ps(acc[2], _mm256_and_ps(nz, _mm256_mul_ps(v, d2)));
+        alignas(32) float pw[8][8];  // tap (a, b, c) -> row 4a + 2b + c, one column per point
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b) {
+            const __m256 ab = _mm256_mul_ps(w01[a][b], v);
+            _mm256_store_ps(pw[4 * a + 2 * b], _mm256_mul_ps(ab, w[2][0]));
+            _mm256_store_ps(pw[4 * a + 2 * b + 1], _mm256_mul_ps(ab, w[2][1]));
+          }
+        float* out = ob + c * op.N;
+        for (int j = 0; j < 8; ++j) {
+          if (!((blk.in_mask >> j) & 1)) continue;
+          float* o = out + idx[j];
+          o[0] += pw[0][j];
+          o[1] += pw[1][j];
+          o[s1] += pw[2][j];
+          o[s1 + 1] += pw[3][j];
+          o[s0] += pw[4][j];
+          o[s0 + 1] += pw[5][j];
+          o[s0 + s1] += pw[6][j];
+          o[s0 + s1 + 1] += pw[7][j];
+        }
+      }
+      alignas(32) float ga[3][8];
+      for (int k = 0; k < 3; ++k) _mm256_store_ps(ga[k], acc[k]);
+      float* go = gg + 3 * l;
+      for (int j = 0; j < 8; ++j)
+        for (int k = 0; k < 3; ++k) go[3 * j + k] = ga[k][j];
+      return blk.in_mask;
+    }, NoEmit());
+  }
+};
+
+}  // namespace cpu
+}  // namespace pushpull
+}  // namespace nitorch_jit
+#endif  // AVX2 path

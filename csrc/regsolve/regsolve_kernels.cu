@@ -1,2 +1,0 @@
-// regsolve on CUDA: the kernels (reg_matvec, reg_precond, one colour of reg_relax_), torch-free.
-#include "regsolve_kernels.cuh"
