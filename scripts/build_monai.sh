@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build MONAI's compiled extension (monai._C) from its C++ sources, the way MONAI's setup.py
 # does with BUILD_MONAI=1, and install it into the monai package of the active Python.
-# Used to check nitorch_jit's MONAI backend against the real thing (tests/test_monai_backend.py).
+# Used to check nitorch_jit's MONAI backend against the real thing (tests/backends/test_monai.py).
 #
 # MONAI's sources are a peer, not part of nitorch_jit: they are read from MONAI_CSRC and built
 # into BUILD_DIR, both outside this repository.

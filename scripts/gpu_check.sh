@@ -93,11 +93,11 @@ if [ $BUILD_FAIL -ne 0 ]; then
 fi
 
 echo "== tests"
-# the real kernels on the GPU; not the host emulation (tests/test_cuda_emu*.py) nor the
+# the real kernels on the GPU; not the host emulation (tests/cuda/emu/test_*.py) nor the
 # compile-only check (the build above did it for real), which CI runs without a GPU
-TESTS=${GPU_CHECK_TESTS:-tests/test_cuda.py tests/test_cuda_resize.py tests/test_cuda_regsolve.py \
-tests/test_cuda_build.py tests/test_reslice.py::test_cuda_matches_cpu \
-tests/test_jit.py::test_arch_list_parsing tests/test_jit.py::test_nvcc_wrapper_is_resolved}
+TESTS=${GPU_CHECK_TESTS:-tests/cuda/gpu/test_pushpull.py tests/cuda/gpu/test_lines.py tests/cuda/gpu/test_regsolve.py \
+tests/cuda/test_build.py tests/frontends/test_reslice.py::test_cuda_matches_cpu \
+tests/jit/test_jit.py::test_arch_list_parsing tests/jit/test_jit.py::test_nvcc_wrapper_is_resolved}
 # shellcheck disable=SC2086
 limit 600 "$PY" -m pytest -q -p no:cacheprovider -rs --durations=5 -k "not builds_and_registers" \
     $TESTS 2>&1 | tee "$WORK/pytest.txt"

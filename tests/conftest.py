@@ -18,3 +18,24 @@ def knobs():
     saved = tuning.current()
     yield tuning.set_knobs
     tuning.set_knobs(**saved)
+
+
+@pytest.fixture
+def header_probe(tmp_path):
+    """header_probe(source, *flags) compiles a torch-free C++ program against csrc/ (the
+    headers the CUDA kernels include too) and returns its stdout; skips without a compiler."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    include = str(Path(__file__).resolve().parents[1] / "csrc")
+
+    def run(source, *flags):
+        src, exe = tmp_path / "probe.cpp", tmp_path / "probe"
+        src.write_text(source)
+        subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Werror", *flags, "-I", include,
+                        str(src), "-o", str(exe)], check=True)
+        return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    return run

@@ -10,7 +10,7 @@
 // * gather: one thread per output element sums its K taps.
 //
 // Each launch covers its work with a grid-stride loop (any size, 64-bit counters).
-// NJ_LINES_EMULATE (tests/data/lines_cuda_emu.cpp): run the threads one by one on the host
+// NJ_LINES_EMULATE (tests/cuda/emu/lines_cuda_emu.cpp): run the threads one by one on the host
 // through nj_emulate_launch instead of <<<>>>.
 #pragma once
 

@@ -2,7 +2,7 @@
 // per-call constants (filter plans, tap tables), the filter along one dim. Templated on a
 // Policy (as csrc/pushpull/cuda/host.cuh) so that the same code serves the CUDA
 // libraries (cuda_policy.cuh) and the host emulation of the kernels in the tests
-// (tests/data/lines_cuda_emu.cpp). A Policy provides:
+// (tests/cuda/emu/lines_cuda_emu.cpp). A Policy provides:
 //   kDevice                          device name for messages ("CUDA")
 //   on_device(t)                     is t on that device
 //   Guard(device)                    device guard

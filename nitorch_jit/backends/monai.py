@@ -14,7 +14,7 @@ each code is translated by name (``to_monai``).
 
 What MONAI's port gets wrong is refused with an error naming the option, never computed
 (measured against our kernels, finite differences and adjointness in
-tests/test_monai_backend.py, MONAI 1.5 sources built against torch 2.13):
+tests/backends/test_monai.py, MONAI 1.5 sources built against torch 2.13):
 
 - 3-D with a different order along dims 1 and 2: its generic kernel uses dim 1's order for
   dim 2 (a NITorch bug it inherits).

@@ -69,7 +69,7 @@ from ._arrays import NdimageError, NdimageTypeError
 __all__ = ["affine_transform", "geometric_transform", "map_coordinates", "rotate", "shift",
            "spline_filter", "spline_filter1d", "zoom"]
 
-# read by tests/test_affine_pull.py under their former names
+# read by tests/ops/pushpull/test_affine.py under their former names
 _inside_intervals, _outside_indices = _engine.inside_intervals, _engine.outside_indices
 
 

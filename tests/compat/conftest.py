@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from clients import need, need_shared
+from tests.compat.clients import need, need_shared
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from clients import REPO, client_env, counts, need_shared, run_pytest
+from tests.compat.clients import REPO, client_env, counts, need_shared, run_pytest
 
 CORE = ["tests/utils/test_enum_bound_interp.py", "tests/networks/layers/test_grid_pull.py",
         "tests/networks/blocks/warp/test_warp.py"]

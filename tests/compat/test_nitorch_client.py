@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from clients import client_env, counts, need, run_pytest
+from tests.compat.clients import client_env, counts, need, run_pytest
 
 HERE = Path(__file__).resolve().parent
 # the differential cases run NITorch twice (TS, then ours) in subprocesses: slow

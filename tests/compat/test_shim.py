@@ -14,7 +14,7 @@ from nitorch_jit import compat
 from nitorch_jit.compat import monai as cm
 from nitorch_jit.compat import nitorch as cn
 
-from clients import client_env
+from tests.compat.clients import client_env
 
 F64 = torch.float64
 

@@ -847,7 +847,7 @@ cudaError_t launch_variant(const Params& prm, cudaStream_t stream) {
     const int64_t bx = (prm.P + kThreads - 1) / kThreads;
     const dim3 grid(static_cast<unsigned>(bx),
                     static_cast<unsigned>(prm.B < kMaxGridY ? prm.B : kMaxGridY));
-#ifdef NJ_PUSHPULL_EMULATE  // host emulation for tests without a GPU (tests/test_cuda_emu.py)
+#ifdef NJ_PUSHPULL_EMULATE  // host emulation for tests without a GPU (tests/cuda/emu/test_pushpull.py)
     (void)stream;
     nj_emulate_launch(grid, dim3(kThreads), [&] { pushpull_kernel<Op, O, DIM>(G); });
     return cudaSuccess;

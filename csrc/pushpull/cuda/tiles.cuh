@@ -18,7 +18,7 @@
 //   2 flush: add the window's non-zero cells to the output (global atomics).
 // So the result is the same for any grid; only the speed depends on it. Each step is a function
 // of (step index, thread), which lets the host emulation run a block step by step over its
-// threads (tests/data/pushpull_cuda_emu.cpp).
+// threads (tests/cuda/emu/pushpull_cuda_emu.cpp).
 #pragma once
 
 namespace nitorch_jit {

@@ -3,7 +3,7 @@
 // op (per colour for reg_relax_). Templated on a Policy (lines/cuda_host.cuh:
 // kDevice, on_device, Guard, stream, check, upload) so that the same code serves the CUDA
 // library (ops.cu) and the host emulation of the kernels
-// (tests/data/regsolve_cuda_emu.cpp).
+// (tests/cuda/emu/regsolve_cuda_emu.cpp).
 //
 // The constants of a call (the merged taps, where an interior voxel's taps read, the tap
 // ranges of each output channel, the interior self-coupling) go to the device in one

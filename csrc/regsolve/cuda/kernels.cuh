@@ -1,6 +1,6 @@
 // CUDA kernels of module "regsolve": the definitions of params.cuh. Included by exactly
 // one kernel file (kernels.cu) and by the host emulation of the tests
-// (tests/data/regsolve_cuda_emu.cpp); torch-free.
+// (tests/cuda/emu/regsolve_cuda_emu.cpp); torch-free.
 //
 // One thread per voxel (b, v), all output channels, each launch a grid-stride loop (any size,
 // 64-bit counters; element offsets in int32 when they fit). The per-point math is
@@ -19,7 +19,7 @@
 //            another one writes.
 // The voxel solves keep their C x C block in registers for C <= 3, in a local array for
 // C <= kLocalC, else in a slice of the global scratch buffer (no channel cap).
-// NJ_REGSOLVE_EMULATE (tests/data/regsolve_cuda_emu.cpp): run the threads one by one on the
+// NJ_REGSOLVE_EMULATE (tests/cuda/emu/regsolve_cuda_emu.cpp): run the threads one by one on the
 // host through nj_emulate_launch instead of <<<>>>.
 #pragma once
 

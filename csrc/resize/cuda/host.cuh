@@ -2,7 +2,7 @@
 // the same passes in the same order with the same tap tables (resize/tables.h),
 // then one launch per step. Templated on a Policy (lines/cuda_host.cuh) so that
 // the same code serves the CUDA library (ops.cu) and the host emulation of the kernels
-// (tests/data/lines_cuda_emu.cpp).
+// (tests/cuda/emu/lines_cuda_emu.cpp).
 //
 // Each step along dim d works on contiguous [outer, len, inner] views:
 //   forward:  prefilter the current tensor along d in place (a private contiguous copy of the
