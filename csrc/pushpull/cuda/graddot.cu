@@ -1,23 +1,7 @@
-// Instantiation stub: the CUDA kernels of grid_grad_dot for every dtype (kernels.cuh holds
-// them; docs/pushpull-spec.md). One file per op, so that nvcc builds the ops in parallel.
+// Instantiation stub: the CUDA kernels of grid_grad_dot and affine_grad_dot for every dtype
+// (kernels.cuh holds them and the macro; docs/pushpull-spec.md). One file per op, so that nvcc
+// builds them in parallel.
 #include "pushpull/cuda/kernels.cuh"
 
-namespace nitorch_jit {
-namespace pushpull {
-namespace cuda {
-
-template <>
-cudaError_t launch<kGradDot>(const Params& p, Dtype dtype, bool i32, cudaStream_t stream) {
-  // fast paths (bit o: every dim of order o) with 32-bit / 64-bit offsets
-  return launch_all<GradDotOp, (1 << 1) | (1 << 3), 0>(p, dtype, i32, stream);
-}
-
-// affine_grad_dot: fast paths with 32-bit offsets only (float32, float64)
-template <>
-cudaError_t launch<kAffineDot>(const Params& p, Dtype dtype, bool i32, cudaStream_t stream) {
-  return launch_affine<AffineDotOp, (1 << 1) | (1 << 3), 0>(p, dtype, i32, stream);
-}
-
-}  // namespace cuda
-}  // namespace pushpull
-}  // namespace nitorch_jit
+NJ_PUSHPULL_LAUNCH(kGradDot, GradDotOp, (1 << 1) | (1 << 3))
+NJ_PUSHPULL_LAUNCH_AFFINE(kAffineDot, AffineDotOp, (1 << 1) | (1 << 3))

@@ -920,3 +920,20 @@ cudaError_t launch_affine(const Params& prm, Dtype dtype, bool i32, cudaStream_t
 }  // namespace cuda
 }  // namespace pushpull
 }  // namespace nitorch_jit
+
+// The specialisations of launch<OP> that the per-op stub files instantiate (one op per file,
+// so that nvcc builds them in parallel): a grid op over every dtype, or an affine op over
+// float32 / float64, with the fast paths FAST (bit o: every dim of order o) on 32-bit
+// offsets and the generic kernel on 64-bit ones.
+#define NJ_PUSHPULL_LAUNCH(OP, KERNEL, FAST)                                              \
+  template <>                                                                           \
+  cudaError_t nitorch_jit::pushpull::cuda::launch<nitorch_jit::pushpull::cuda::OP>(     \
+      const Params& p, Dtype dtype, bool i32, cudaStream_t stream) {                    \
+    return launch_all<KERNEL, FAST, 0>(p, dtype, i32, stream);                          \
+  }
+#define NJ_PUSHPULL_LAUNCH_AFFINE(OP, KERNEL, FAST)                                       \
+  template <>                                                                           \
+  cudaError_t nitorch_jit::pushpull::cuda::launch<nitorch_jit::pushpull::cuda::OP>(     \
+      const Params& p, Dtype dtype, bool i32, cudaStream_t stream) {                    \
+    return launch_affine<KERNEL, FAST, 0>(p, dtype, i32, stream);                       \
+  }

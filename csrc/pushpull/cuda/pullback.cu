@@ -1,17 +1,6 @@
 // Instantiation stub: the CUDA kernels of grid_pull_backward for every dtype (kernels.cuh holds
-// them; docs/pushpull-spec.md). One file per op, so that nvcc builds the ops in parallel.
+// them and the macro; docs/pushpull-spec.md). One file per op, so that nvcc builds them in
+// parallel.
 #include "pushpull/cuda/kernels.cuh"
 
-namespace nitorch_jit {
-namespace pushpull {
-namespace cuda {
-
-template <>
-cudaError_t launch<kPullBack>(const Params& p, Dtype dtype, bool i32, cudaStream_t stream) {
-  // fast paths (bit o: every dim of order o) with 32-bit / 64-bit offsets
-  return launch_all<PullBackOp, (1 << 1) | (1 << 3), 0>(p, dtype, i32, stream);
-}
-
-}  // namespace cuda
-}  // namespace pushpull
-}  // namespace nitorch_jit
+NJ_PUSHPULL_LAUNCH(kPullBack, PullBackOp, (1 << 1) | (1 << 3))
