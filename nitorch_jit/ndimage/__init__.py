@@ -69,10 +69,6 @@ from ._arrays import NdimageError, NdimageTypeError
 __all__ = ["affine_transform", "geometric_transform", "map_coordinates", "rotate", "shift",
            "spline_filter", "spline_filter1d", "zoom"]
 
-# read by tests/ops/pushpull/test_affine.py under their former names
-_inside_intervals, _outside_indices = _engine.inside_intervals, _engine.outside_indices
-
-
 # ============================================================================ arguments
 def _check_order(order, lo=0):
     if isinstance(order, (bool, np.bool_)) or not isinstance(order, numbers.Integral):

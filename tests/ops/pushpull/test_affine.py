@@ -313,7 +313,7 @@ def _scipy_inside(mat, off, oshape, ishape):
 
 
 def test_ndimage_inside_intervals():
-    from nitorch_jit.ndimage import _inside_intervals, _outside_indices
+    from nitorch_jit.ndimage._engine import inside_intervals, outside_indices
     rng = np.random.default_rng(0)
     cases = [(np.array([[0.7, 0.3], [0.0, 1.0]]), np.array([-1.0999999999999996, 0.0]),
               (6, 6), (4, 4))]  # a coordinate exactly on n - 1 in scipy's order only
@@ -329,14 +329,14 @@ def test_ndimage_inside_intervals():
             ishape = tuple(int(n) for n in rng.integers(1, 7, D))
             cases.append((mat, off, oshape, ishape))
     for mat, off, oshape, ishape in cases:
-        lo, hi = _inside_intervals(mat, off, oshape, ishape)
+        lo, hi = inside_intervals(mat, off, oshape, ishape)
         i = np.arange(oshape[-1])
         got = ((i >= lo[:, None]) & (i <= hi[:, None])).reshape(oshape)
         want = _scipy_inside(mat, off, oshape, ishape)
         assert np.array_equal(got, want), (mat, off)
         # the flat indices that affine_transform fills with cval: exactly the outside points
         outside = np.zeros(want.size, bool)
-        outside[_outside_indices(lo, hi, oshape[-1])] = True
+        outside[outside_indices(lo, hi, oshape[-1])] = True
         assert np.array_equal(outside, ~want.ravel()), (mat, off)
 
 
