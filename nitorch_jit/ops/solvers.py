@@ -386,7 +386,7 @@ def solve_field(hessian, gradient, weights=None, dim=None, absolute=0, membrane=
     torch.Size([2, 32, 32, 32])
     """
     p = field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
-                       voxel_size, bound)
+                      voxel_size, bound)
     return _solve(p, gradient, _check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
                   tolerance=_check_tol(tolerance))
 
@@ -416,7 +416,7 @@ def solve_grid(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0, fac
     torch.Size([1, 32, 32, 32, 3])
     """
     p = grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
-                      voxel_size, bound)
+                     voxel_size, bound)
     return _solve(p, gradient, _check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
                   tolerance=_check_tol(tolerance))
 
@@ -446,7 +446,7 @@ def solve_field_fmg(hessian, gradient, weights=None, dim=None, absolute=0, membr
     torch.Size([2, 32, 32, 32])
     """
     p = field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
-                       voxel_size, bound)
+                      voxel_size, bound)
     return _solve(p, gradient, "fmg", optim=_check_optim(optim),
                   nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
                   nb_iter=_check_int(nb_iter, "nb_iter", 1),
@@ -478,7 +478,7 @@ def solve_grid_fmg(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0,
     torch.Size([1, 32, 32, 32, 3])
     """
     p = grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
-                      voxel_size, bound)
+                     voxel_size, bound)
     return _solve(p, gradient, "fmg", optim=_check_optim(optim),
                   nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
                   nb_iter=_check_int(nb_iter, "nb_iter", 1),
