@@ -217,7 +217,9 @@ def preview(module, device_type):
             return provider.NAME, "; ".join(failed + [line]) if failed else line
         if len(plan(module, want)) == 1:
             return "error", line
-        failed.append(line)
+        # the compiled provider's reason in full; a fallback's in a word (info's MONAI
+        # section has its long one)
+        failed.append(line if provider is compiled else f"{provider.NAME} unavailable")
     return "error", "; ".join(failed)
 
 

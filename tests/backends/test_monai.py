@@ -484,3 +484,24 @@ print("OK")
 def test_opcheck_and_torch_compile_with_backend_monai(tmp_path):
     proc = _run(OPCHECK, tmp_path, NI_COMPILED_BACKEND="MONAI")
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stderr
+
+
+def test_preview_walks_the_same_plan(monkeypatch):
+    """`nitorch-jit info`'s preview: the providers' describe along plan(), building nothing."""
+    monkeypatch.delenv("NI_COMPILED_BACKEND", raising=False)
+    monkeypatch.setattr(backends.compiled, "describe", lambda m, d: (False, "cannot compile: X"))
+    monkeypatch.setattr(backends.monai, "describe", lambda m="pushpull", d="cpu":
+                        (False, "MONAI is not installed, and a long how-to"))
+    which, why = backends.preview("pushpull", "cpu")
+    assert which == "TORCH" and why.startswith("cannot compile: X; MONAI unavailable; ")
+    assert backends.preview("resize", "cpu")[1].startswith("cannot compile: X; the pure")
+    monkeypatch.setenv("NI_COMPILED_BACKEND", "MONAI")  # asked for: its error, in full
+    assert backends.preview("pushpull", "cpu") == ("error", "MONAI is not installed, and a "
+                                                            "long how-to")
+    # resize has no MONAI equivalent: ours, and TORCH when ours cannot be compiled
+    assert backends.preview("resize", "cpu") == (
+        "TORCH", "cannot compile: X; the pure-PyTorch kernels (nitorch_jit.torch_impl)")
+    monkeypatch.setenv("NI_COMPILED_BACKEND", "C")
+    assert backends.preview("pushpull", "cpu") == ("error", "cannot compile: X")
+    monkeypatch.setenv("NI_COMPILED_BACKEND", "bogus")
+    assert backends.preview("pushpull", "cpu")[0] == "error"
