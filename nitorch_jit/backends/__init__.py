@@ -87,7 +87,10 @@ def plan(module, want):
         return [monai]
     if want == "C":
         return [compiled]
-    return [compiled] + ([monai] if want is None and monai.serves(module) else []) + [portable]
+    # C, unset, or MONAI for a module MONAI has no equivalent of: ours, then the fallbacks
+    # (MONAI's only when nothing was asked for)
+    fallbacks = (compiled, monai, portable) if want is None else (compiled, portable)
+    return [p for p in fallbacks if p.serves(module)]
 
 
 def _fallback_warning(device_type, err, monai_err=None):

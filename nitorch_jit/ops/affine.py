@@ -160,7 +160,7 @@ def affine_pull(input, affine, shape=None, interpolation="linear", bound="zero",
     """
     dim = _affine_dim(affine)
     opts = resampling_options(dim, interpolation, bound, extrapolate)
-    return affine_pull_codes(input, affine, shape, *opts, prefilter=prefilter)
+    return _pull(input, affine, dim, shape, opts, prefilter)
 
 
 @docfill
@@ -194,13 +194,18 @@ def affine_pull_codes(input, affine, shape, order, bound, extrapolate, prefilter
     if len(order) != dim or len(bound) != dim:
         raise ValueError(f"order and bound: expected {dim} codes each (affine is {dim}-D), "
                          f"got {list(order)} and {list(bound)}")
+    return _pull(input, affine, dim, shape, (list(order), list(bound), bool(extrapolate)),
+                 prefilter)
+
+
+def _pull(input, affine, dim, shape, opts, prefilter):
+    """affine_pull once the matrix is checked and the options are codes."""
     x, A, batch, dtype = _prepare(input, affine, dim)
     shape = shape_arg(shape, dim, x.shape[2:])
     if prefilter:  # interpolate the samples rather than use them as spline coefficients
-        x = _prefilter(x, order, bound)
+        x = _prefilter(x, *opts[:2])
     backends.ensure_eager(_MODULE, x.device)
-    return restore_batch(call(_ops.affine_pull.default, x, A, shape, list(order), list(bound),
-                              bool(extrapolate)), batch, dtype)
+    return restore_batch(call(_ops.affine_pull.default, x, A, shape, *opts), batch, dtype)
 
 
 def affine_push(input, affine, shape=None, interpolation="linear", bound="zero",
