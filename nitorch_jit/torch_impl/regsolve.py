@@ -2,11 +2,13 @@
 of the compiled one. The contract (tap list, Hessian packing, voxel solve, colours) is
 docs/regsolve-spec.md; every function here is differentiable by autograd.
 """
+import functools
 import math
+import types
 
 import torch
 
-from .bounds import fold
+from .bounds import DCT2, fold
 
 
 # ----------------------------------------------------------------------------- Hessian packing
@@ -201,9 +203,19 @@ def self_block(shape, dtype, device, weights, taps, chans):
         idx = (slice(None), co) if diag else (slice(None), co, ci)
         blk[idx] = blk[idx] + value
 
+    # plain taps: one coefficient per channel (pair) for each offset, one mask per offset
+    plain = {}
     for co, ci, kind, coef, offs, bounds in parsed:
         if kind == 0:
-            add(co, ci, coef * reader.self_mask(offs, bounds, dtype))
+            c = plain.setdefault((offs, bounds), [0.0] * (chans if diag else chans * chans))
+            c[co if diag else co * chans + ci] += coef
+    for (offs, bounds), c in plain.items():
+        c = torch.tensor(c, dtype=dtype, device=device).reshape(
+            [1, chans] + ([] if diag else [chans]) + [1] * dim)
+        blk = blk + (c if not any(offs) else c * reader.self_mask(offs, bounds, dtype))
+    for co, ci, kind, coef, offs, bounds in parsed:
+        if kind == 0:
+            continue
         elif kind == 1:
             wc = _weight(weights, co)
             wn = _weight(_neighbour_weight(reader, weights, offs, bounds), co)
@@ -290,148 +302,218 @@ def colour_slices(period):
     return [(Ellipsis,) + s for s in out]
 
 
-class _Ghosts:
-    """x [B, C, *S] in a buffer with `pad` ghost voxels per side, through `bounds` (the values
-    _Reader.padded gives), kept up to date colour by colour: after the points of one colour
-    change, only the ghosts that copy those points are written again."""
+@functools.lru_cache(maxsize=16)
+def _colour_layout(batch, chans, shape, bounds, pad, period, reads, dtype, device):
+    """The geometry of a _ColourBuffer, the same for every call on one grid (so cached).
 
-    def __init__(self, x, bounds, pad, period):
-        shape = x.shape[2:]
-        self.pad, self.period, self.shape = pad, period, shape
-        self.buf = _Reader(shape, x.device).padded(x, bounds, pad).contiguous()
-        inner = tuple(slice(pad, pad + n) for n in shape)
-        self.inner = self.buf[(Ellipsis,) + inner]
-        # every padded voxel: the flat padded index of its source voxel, the sign, the colour
-        src, sign, col, ghost = None, None, None, None
-        for d, (n, b) in enumerate(zip(shape, bounds)):
-            i = torch.arange(-pad, n + pad, device=x.device)
-            j, sd = fold(i, n, b)
-            view = [1] * len(shape)
-            view[d] = -1
-            rs = lambda t: t.reshape(view)  # noqa: E731
-            size = n + 2 * pad
-            src = rs(j + pad) if src is None else src * size + rs(j + pad)
-            out = rs((i < 0) | (i >= n))
-            ghost = out if ghost is None else ghost | out
-            c = rs(j % period[d])
-            col = c if col is None else col * period[d] + c
-            if sd is not None:
-                sign = rs(sd) if sign is None else sign * rs(sd)
-        full = [n + 2 * pad for n in shape]
-        sign = torch.ones(full, dtype=torch.int64, device=x.device) if sign is None else \
-            sign.expand(full)
-        keep = ghost.expand(full) & (sign != 0)  # sign 0: always 0, never written again
-        pos = torch.arange(keep.numel(), device=x.device).reshape(full)[keep]
-        src, sign, col = src.expand(full)[keep], sign[keep], col.expand(full)[keep]
-        # the ghosts grouped by the colour of their source, once
-        col, order = torch.sort(col, stable=True)
-        counts = torch.bincount(col, minlength=math.prod(period)).tolist()
-        self.by_colour = []
-        for p_, s_, g_ in zip(pos[order].split(counts), src[order].split(counts),
-                              sign[order].split(counts)):
-            self.by_colour.append((p_, s_, None if bool((g_ == 1).all()) else g_.to(x.dtype)))
+    Returns a namespace: `split`, `order`, `back` and `grow` (the reshapes and pads between x's
+    layout and the buffer's), `shape` (the buffer's), for each colour in colour_slices' order
+    its `boxes` (the as_strided arguments of its reads, in `reads`' order) and `ghosts` (flat
+    places in the buffer of the ghosts whose sources have that colour, of those sources, and
+    their signs, or None where all are +1)."""
+    dim = len(shape)
+    full = [n + 2 * pad for n in shape]
+    blocks = [-(-f // p) for f, p in zip(full, period)]  # padded size / period, up
+    out = types.SimpleNamespace(grow=[], split=[batch, chans], order=[0, 1], back=[0, 1])
+    for f, p, m in zip(reversed(full), reversed(period), reversed(blocks)):
+        out.grow += [0, m * p - f]
+    for p, m in zip(period, blocks):
+        out.split += [m, p]
+    # [B, C, m_0, p_0, m_1, p_1, ...] <-> [B, C, p_0, p_1, ..., m_0, m_1, ...]
+    out.order += [2 + 2 * d + 1 for d in range(dim)] + [2 + 2 * d for d in range(dim)]
+    for d in range(dim):
+        out.back += [2 + dim + d, 2 + d]
+    out.shape = [batch, chans] + list(period) + blocks
+    st = [1] * len(out.shape)
+    for d in reversed(range(len(st) - 1)):
+        st[d] = st[d + 1] * out.shape[d + 1]
+    # the boxes: colour points + offset, as (size, stride, storage offset)
+    starts = [()]
+    for p in period:
+        starts = [c + (k,) for c in starts for k in range(p)]
+    out.boxes = []
+    for colour in starts:
+        size = [batch, chans] + [max(0, -(-(n - c) // p)) for n, c, p in zip(shape, colour, period)]
+        boxes = []
+        for offs in reads:
+            at = 0
+            for d, (o, c, p) in enumerate(zip(offs, colour, period)):
+                i = pad + o + c
+                at += (i % p) * st[2 + d] + (i // p) * st[2 + dim + d]
+            boxes.append((size, st[:2] + st[2 + dim:], at))
+        out.boxes.append(boxes)
+    # where each padded voxel sits in the buffer (flat, one batch and channel)
+    space = math.prod(out.shape[2:])
+    where = torch.arange(space, device=device).reshape(out.shape[2:])
+    where = where.permute([b - 2 for b in out.back[2:]]).reshape([m * p for m, p in
+                                                                   zip(blocks, period)])
+    where = where[tuple(slice(0, f) for f in full)].reshape(-1)
+    # every ghost: its place, its source's place, the sign, the colour of its source
+    src, sign, col, ghost = None, None, None, None
+    for d, (n, b) in enumerate(zip(shape, bounds)):
+        i = torch.arange(-pad, n + pad, device=device)
+        j, sd = fold(i, n, b)
+        view = [1] * dim
+        view[d] = -1
+        rs = lambda t: t.reshape(view)  # noqa: E731
+        src = rs(j + pad) if src is None else src * full[d] + rs(j + pad)
+        outside = rs((i < 0) | (i >= n))
+        ghost = outside if ghost is None else ghost | outside
+        c = rs(j % period[d])
+        col = c if col is None else col * period[d] + c
+        if sd is not None:
+            sign = rs(sd) if sign is None else sign * rs(sd)
+    sign = torch.ones(full, dtype=torch.int64, device=device) if sign is None else \
+        sign.expand(full)
+    keep = ghost.expand(full) & (sign != 0)  # sign 0: always 0, never written again
+    pos = torch.arange(keep.numel(), device=device).reshape(full)[keep]
+    src, sign, col = src.expand(full)[keep], sign[keep], col.expand(full)[keep]
+    col, order = torch.sort(col, stable=True)
+    counts = torch.bincount(col, minlength=math.prod(period)).tolist()
+    # one flat index over batches and channels too: index_select on a 1-D tensor is the fast one
+    planes = (torch.arange(batch * chans, device=device) * space)[:, None]
+    out.ghosts = []
+    for p_, s_, g_ in zip(where[pos[order]].split(counts), where[src[order]].split(counts),
+                          sign[order].split(counts)):
+        g_ = None if bool((g_ == 1).all()) else g_.to(dtype).repeat(batch * chans)
+        out.ghosts.append(((planes + p_).reshape(-1), (planes + s_).reshape(-1), g_))
+    return out
 
-    def view(self, offs, colour):
-        """The voxels at colour points + offs: a strided view of the buffer."""
-        size, stride, start = list(self.buf.shape[:2]), list(self.buf.stride()[:2]), 0
-        for o, c, n, p, st in zip(offs, colour, self.shape, self.period, self.buf.stride()[2:]):
-            size.append(max(0, -(-(n - c) // p)))
-            stride.append(st * p)
-            start += (self.pad + o + c) * st
-        return self.buf.as_strided(size, stride, self.buf.storage_offset() + start)
 
-    def update(self, x, sl, index):
-        """Copy x's points of colour `index` (slices sl) in, then the ghosts that copy them."""
-        self.inner[sl] = x[sl]
-        pos, src, sign = self.by_colour[index]
+class _ColourBuffer:
+    """x [B, C, *S] with `pad` ghost voxels per side through `bounds` (the values
+    _Reader.padded gives), stored colour by colour: padded index i of dim d sits at
+    (i mod p_d, i div p_d), the residues first. The points of one colour read at one tap
+    offset are then a box of the buffer whose rows are contiguous, so that the taps of a
+    colour are gathered by one torch.stack of boxes. After a colour changes, the ghosts that
+    copy its points are written again from their sources."""
+
+    def __init__(self, x, bounds, pad, period, reads):
+        shape = tuple(x.shape[2:])
+        self.pad, self.shape = pad, shape
+        self.layout = lay = _colour_layout(x.shape[0], x.shape[1], shape, tuple(bounds), pad,
+                                           tuple(period), tuple(reads), x.dtype, x.device)
+        padded = _Reader(shape, x.device).padded(x, bounds, pad)
+        padded = torch.nn.functional.pad(padded, lay.grow) if any(lay.grow) else padded
+        self.buf = padded.reshape(lay.split).permute(lay.order).contiguous()
+        self.flat = self.buf.view(-1)
+
+    def boxes(self, index):
+        """The colour's points at each of `reads`: views of the buffer, [B, C, *colour shape]."""
+        return [self.buf.as_strided(*b) for b in self.layout.boxes[index]]
+
+    def refresh(self, index):
+        """Write again the ghosts whose sources have colour `index`."""
+        pos, src, sign = self.layout.ghosts[index]
         if pos.numel():
-            flat = self.buf.view(self.buf.shape[0], self.buf.shape[1], -1)
-            val = flat.index_select(2, src)
-            flat.index_copy_(2, pos, val if sign is None else val * sign)
+            val = self.flat.index_select(0, src)
+            self.flat.index_copy_(0, pos, val if sign is None else val * sign)
+
+    def inner(self):
+        """The buffer's values at x's voxels, in x's layout (a view of a new tensor)."""
+        lay = self.layout
+        padded = self.buf.permute(lay.back).reshape(lay.split[:2] + [
+            m * p for m, p in zip(lay.split[2::2], lay.split[3::2])])
+        return padded[(Ellipsis,) + tuple(slice(self.pad, self.pad + n) for n in self.shape)]
 
 
-def _aliases(t, x):
-    return t is not None and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+def _tap_matrix(items, offsets, chans, dtype, device):
+    """The plain taps of one bounds tuple as a matrix on the stacked neighbours: [C, 1, T] when
+    every tap maps a channel to itself (a batched matmul per channel), else [C, C * T]."""
+    diag = all(co == ci for co, ci, _, _ in items)
+    t = len(offsets)
+    at = {o: i for i, o in enumerate(offsets)}
+    k = [[0.0] * (t if diag else chans * t) for _ in range(chans)]
+    for co, ci, coef, offs in items:
+        k[co][at[offs] if diag else ci * t + at[offs]] += coef
+    k = torch.tensor(k, dtype=dtype, device=device)
+    return (k[:, None] if diag else k), diag
 
 
 def reg_relax_(x, hessian, gradient, weights, taps, period, nb_iter):
     """Coloured Gauss–Seidel sweeps on (H + L) x = g, in place (spec §3).
 
-    Each colour computes its residual at its own points only, from strided views of a padded
-    copy of x (_Ghosts), and solves its voxels with blocks made once per call, so that a sweep
-    costs about one matvec rather than one per colour. The terms are those of reg_matvec,
-    accumulated in place (equal to rounding); the solves those of reg_precond. Inputs that
-    share x's memory are read before x changes, as the compiled kernels do."""
+    x lives in one padded buffer per bounds tuple, stored colour by colour (_ColourBuffer), so
+    that a colour reads all its taps with one stack of boxes and applies the plain ones with one
+    matmul; the weighted taps add one op each. Everything that does not change between sweeps
+    (per-colour gradient, Hessian, weights and voxel blocks, as contiguous copies) is made once
+    per call, so that a sweep costs about one matvec. The terms are those of reg_matvec (equal
+    to rounding), the solves those of reg_precond. All inputs are read before x changes, so
+    inputs that share x's memory see the old x, as in the compiled kernels."""
     nb_iter = int(nb_iter)
     if nb_iter <= 0:
         return None
     dim = x.dim() - 2
     shape = x.shape[2:]
-    gradient, hessian, weights = (t.clone() if _aliases(t, x) else t
-                                  for t in (gradient, hessian, weights))
+    batch, chans = x.shape[:2]
+    dtype, device = x.dtype, x.device
     parsed = parse_taps(taps, dim)
-    weights = _unit_weights(weights, parsed, shape, x.dtype, x.device)
-    reader = _Reader(shape, x.device)
-    chans = x.shape[1]
+    weights = _unit_weights(weights, parsed, shape, dtype, device)
+    reader = _Reader(shape, device)
     pad = max([abs(o) for t in parsed for o in t[4]], default=0)
-    groups = {}
+    # per bounds tuple: its plain taps (kind 0) and the offsets its taps read (kinds 0 and 1)
+    plain, reads, weighted = {}, {}, []  # weighted: (kind, offs, bounds, co, ci, factor)
     for co, ci, kind, coef, offs, bounds in parsed:
-        groups.setdefault((kind, offs, bounds), []).append((co, ci, coef))
-    # The terms, each one in-place op per colour. A group of plain taps that maps each channel
-    # to itself is one op on all channels (coefficients as a [1, C, 1...] tensor); the
-    # weighted taps carry their weights, which do not change, made once.
-    ones = [1] * dim
-    terms = []  # (kind, offs, bounds, co, ci, factor)
-    for (kind, offs, bounds), items in groups.items():
-        if kind == 0 and len({co for co, _, _ in items}) == len(items) \
-                and all(co == ci for co, ci, _ in items):
-            coef = torch.zeros([1, chans] + ones, dtype=x.dtype, device=x.device)
-            for co, _, c in items:
-                coef[0, co] = c
-            terms.append((0, offs, bounds, None, None, coef))
-        elif kind == 0:
-            terms += [(0, offs, bounds, co, ci, c) for co, ci, c in items]
+        if kind == 0:
+            plain.setdefault(bounds, []).append((co, ci, coef, offs))
         elif kind == 1:
             wn = _neighbour_weight(reader, weights, offs, bounds)
-            terms += [(1, offs, bounds, co, co,
-                       c * (0.5 * (_weight(weights, co) + _weight(wn, co))))
-                      for co, _, c in items]
+            weighted.append((1, offs, bounds, co, co,
+                             coef * (0.5 * (_weight(weights, co) + _weight(wn, co)))))
         else:
-            terms += [(2, offs, bounds, co, ci, c * _weight(weights, co)) for co, ci, c in items]
-    a, diag = _precond_matrix(shape, x.shape[0], x.dtype, x.device, hessian, weights, taps,
-                              chans)
-    ghosts = {}  # one padded copy per bounds tuple (all taps share one, as a rule)
-    for kind, _, b, *_ in terms:
-        if kind != 2 and b not in ghosts:
-            ghosts[b] = _Ghosts(x, b, pad, period)
-    colours = colour_slices(period)
-    starts = [()]
-    for p in period:  # the first index of each colour along each dim, in colour_slices' order
-        starts = [c + (k,) for c in starts for k in range(p)]
-    views = {}  # (bounds, offs, colour) -> strided view of the padded copy (the same buffer)
+            weighted.append((2, offs, bounds, co, ci, coef * _weight(weights, co)))
+        if kind != 2:
+            reads.setdefault(bounds, set()).add(offs)
+    if not reads:  # only voxel-wise taps: x still needs a home
+        reads[parsed[0][5] if parsed else (DCT2,) * dim] = {(0,) * dim}
+    for b in reads:
+        reads[b] = sorted(reads[b] | {(0,) * dim})
+    buffers = {b: _ColourBuffer(x, b, pad, period, reads[b]) for b in reads}
+    home = next(iter(buffers))  # the buffer whose centre box gives x at a colour's points
+    matrices = {b: _tap_matrix(items, reads[b], chans, dtype, device)
+                for b, items in plain.items()}
+    a, diag = _precond_matrix(shape, batch, dtype, device, hessian, weights, taps, chans)
+    if diag:  # the voxel solve is one multiply
+        a = a.expand(x.shape)
+        ok = a > 0
+        a = torch.where(ok, 1 / torch.where(ok, a, torch.ones_like(a)), torch.zeros_like(a))
+    centre = {b: r.index((0,) * dim) for b, r in reads.items()}
+    colours = []  # the colours with points: what each reads, made once per call
+    for index, sl in enumerate(colour_slices(period)):
+        cshape = list(x[sl].shape)
+        if not all(cshape):
+            continue
+        c = types.SimpleNamespace(index=index, shape=cshape, size=math.prod(cshape[2:]))
+        c.boxes = {b: buf.boxes(index) for b, buf in buffers.items()}
+        c.gradient = gradient[sl].contiguous()
+        c.hessian = None if hessian is None else hessian[sl].contiguous()
+        c.solve = a[sl].contiguous()
+        c.weighted = [(kind, bounds, reads[bounds].index(offs) if kind == 1 else None, co, ci,
+                       f[sl].contiguous())
+                      for kind, offs, bounds, co, ci, f in weighted]
+        colours.append(c)
     for _ in range(nb_iter):
-        for index, (sl, start) in enumerate(zip(colours, starts)):
-            xs = x[sl]
-            lx = torch.zeros_like(xs)
-            for kind, offs, bounds, co, ci, f in terms:
-                if kind == 2:
-                    lx[:, co].addcmul_(f[sl], xs[:, ci])
-                    continue
-                key = (bounds, offs, index)
-                if key not in views:
-                    views[key] = ghosts[bounds].view(offs, start)
-                xn = views[key]
-                if co is None:
-                    lx.addcmul_(f, xn)
-                elif kind == 0:
-                    lx[:, co].add_(xn[:, ci], alpha=f)
+        for c in colours:
+            stacks = {b: torch.stack(boxes, 2) for b, boxes in c.boxes.items()}
+            xs = stacks[home][:, :, centre[home]]
+            r = c.gradient.clone()
+            for b, (k, kdiag) in matrices.items():
+                xg = stacks[b].view(batch, chans, -1, c.size)
+                if not kdiag:
+                    xg = xg.view(batch, -1, c.size)
+                r -= torch.matmul(k, xg).view(c.shape)
+            for kind, b, t, co, ci, f in c.weighted:
+                if kind == 1:
+                    r[:, co].addcmul_(f, xs[:, co] - stacks[b][:, co, t], value=-1)
                 else:
-                    lx[:, co].addcmul_(f[sl], xs[:, co] - xn[:, co])
-            if hessian is not None:
-                lx += sym_matvec(hessian[sl], xs)
-            x[sl] += _precond_solve(a[sl], diag, gradient[sl] - lx)
-            for g in ghosts.values():
-                g.update(x, sl, index)
+                    r[:, co].addcmul_(f, xs[:, ci], value=-1)
+            if c.hessian is not None:
+                r -= sym_matvec(c.hessian, xs)
+            dx = c.solve * r if diag else _voxel_solve(c.solve, r)
+            for b, buf in buffers.items():
+                c.boxes[b][centre[b]].add_(dx)
+                buf.refresh(c.index)
+    x.copy_(buffers[home].inner())
     return None
 
 

@@ -282,3 +282,56 @@ def test_torch_relax_iterates_equal_c(dim):
             twin.reg_relax_(ours, h, ours, w, flat, per, 2)
             ops.reg_relax_(theirs, h, theirs, w, flat, per, 2)
             torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
+
+
+
+def test_torch_relax_layout_cache_never_changes_a_result():
+    """The twin's relaxation caches the geometry of its colour-ordered buffer per grid: a call
+    repeated after calls on other grids, bounds, periods, batches and dtypes, and after the
+    cache is emptied, gives the same bits; a colour without points (an axis shorter than its
+    period) is skipped, and the iterates still equal C's."""
+    backends.load_module("regsolve", "cpu")
+    g = torch.Generator().manual_seed(19)
+
+    def case(shape, bnd, batch, dtype):
+        dim = len(shape)
+        flat = R.taps(dim, 2, [0.01, 0.03], [0.1, 0.2], [0.05, 0.02], [1.0] * dim, [bnd] * dim)
+        per = R.colour_periods(flat, shape, [bnd] * dim)
+        x, b = (torch.randn([batch, 2] + shape, generator=g, dtype=F64).to(dtype)
+                for _ in range(2))
+        h = (torch.rand([batch, 2] + shape, generator=g, dtype=F64) + 1).to(dtype)
+
+        def run(kernel=twin.reg_relax_):
+            y = x.clone()
+            kernel(y, h, b, None, flat, per, 3)
+            return y
+        return run, per
+
+    first, _ = case([9, 7, 5], 2, 2, F64)
+    ref = first()
+    for other in [case([9, 7, 5], 6, 2, F64), case([9, 7, 5], 2, 1, F64),
+                  case([11, 8], 3, 2, F64), case([9, 7, 5], 2, 2, torch.float32)]:
+        assert torch.isfinite(other[0]()).all()
+        assert torch.equal(first(), ref)
+    twin._colour_layout.cache_clear()
+    assert torch.equal(first(), ref)
+    small, per = case([2, 7, 5], 2, 1, F64)
+    assert per[0] > 2
+    torch.testing.assert_close(small(), small(ops.reg_relax_), rtol=1e-10, atol=1e-10)
+
+
+def test_torch_relax_without_neighbour_taps_equals_c():
+    """No taps at all (the Hessian alone) and weighted voxel-wise taps only: no tap reads a
+    neighbour, x still gets its buffer, and the iterates equal C's."""
+    backends.load_module("regsolve", "cpu")
+    g = torch.Generator().manual_seed(20)
+    x, b = (torch.randn(2, 2, 5, 6, generator=g, dtype=F64) for _ in range(2))
+    h = torch.rand(2, 2, 5, 6, generator=g, dtype=F64) + 1
+    w = torch.rand(2, 1, 5, 6, generator=g, dtype=F64)
+    absolute = R.taps(2, 2, [0.5, 0.3], [0, 0], [0, 0], [1.0, 1.0], [2, 2], weighted=True)
+    for flat, weights in [([], None), (absolute, w)]:
+        per = R.colour_periods(flat, [5, 6], [2, 2])
+        ours, theirs = x.clone(), x.clone()
+        twin.reg_relax_(ours, h, b, weights, flat, per, 2)
+        ops.reg_relax_(theirs, h, b, weights, flat, per, 2)
+        torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)

@@ -1,6 +1,6 @@
 """The pure-PyTorch backend passes the regulariser and solver checks of test_api.py (dense
 matrices, SPM stencils, solves against torch.linalg.solve, gradcheck, FMG convergence) that
-the compiled kernels pass: what users without a compiler get must be usable (about 3 min on
+the compiled kernels pass: what users without a compiler get must be usable (about 1 min on
 2 cores)."""
 import os
 import subprocess
