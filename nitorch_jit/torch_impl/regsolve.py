@@ -118,16 +118,22 @@ class _Reader:
             x = x * sign
         return x, sign
 
-    def self_mask(self, offs, bounds, dtype):
-        """[*S] tensor: the sign where a tap folds back onto its own voxel, else 0."""
-        m = torch.ones((), dtype=dtype, device=self.device)
+    def self_hits(self, offs, bounds, dtype):
+        """{d: [n_d] tensor} for each dim d the tap moves along: the sign where its fold along
+        d lands on the voxel's own index, else 0. Their outer product is the tap's self mask."""
+        out = {}
         for d, (o, b) in enumerate(zip(offs, bounds)):
             if o == 0:
                 continue
             j, s = self.axis(d, o, b)
             hit = (j == torch.arange(self.shape[d], device=self.device)).to(dtype)
-            if s is not None:
-                hit = hit * s.to(dtype)
+            out[d] = hit if s is None else hit * s.to(dtype)
+        return out
+
+    def self_mask(self, offs, bounds, dtype):
+        """[*S] tensor: the sign where a tap folds back onto its own voxel, else 0."""
+        m = torch.ones((), dtype=dtype, device=self.device)
+        for d, hit in self.self_hits(offs, bounds, dtype).items():
             m = m * hit.reshape([-1] + [1] * (len(offs) - d - 1))
         return m
 
@@ -209,10 +215,20 @@ def self_block(shape, dtype, device, weights, taps, chans):
         if kind == 0:
             c = plain.setdefault((offs, bounds), [0.0] * (chans if diag else chans * chans))
             c[co if diag else co * chans + ci] += coef
+    # A plain tap's self mask is the outer product of its per-dim hits: the taps that move
+    # along the same dims are summed in the space of those dims first, so that each set of
+    # dims costs one full-size add (at most 2^dim of them, not one per tap).
+    chan = [chans] + ([] if diag else [chans])
+    by_dims = {}
     for (offs, bounds), c in plain.items():
-        c = torch.tensor(c, dtype=dtype, device=device).reshape(
-            [1, chans] + ([] if diag else [chans]) + [1] * dim)
-        blk = blk + (c if not any(offs) else c * reader.self_mask(offs, bounds, dtype))
+        m = torch.tensor(c, dtype=dtype, device=device).reshape(chan)
+        hits = reader.self_hits(offs, bounds, dtype)
+        for d in sorted(hits):
+            m = m[..., None] * hits[d]
+        key = tuple(sorted(hits))
+        by_dims[key] = m if key not in by_dims else by_dims[key] + m
+    for dims, m in by_dims.items():
+        blk = blk + m.reshape([1] + chan + [n if d in dims else 1 for d, n in enumerate(shape)])
     for co, ci, kind, coef, offs, bounds in parsed:
         if kind == 0:
             continue
@@ -430,12 +446,27 @@ def _tap_matrix(items, offsets, chans, dtype, device):
     return (k[:, None] if diag else k), diag
 
 
+def _subtract_taps(r, k, diag, stack, size):
+    """r -= the plain taps (_tap_matrix) applied to the stacked neighbours [B, C, T, *cshape]:
+    one matrix-vector product per batch and channel (per batch when taps cross channels).
+    A batched matmul of the same size is split among threads, which on a busy machine cost
+    it more than it saves (measured: 2 ms more per sweep with a core kept busy)."""
+    rr = r.view(r.shape[0], r.shape[1], size)
+    xg = stack.view(r.shape[0], r.shape[1], -1, size)
+    for b in range(r.shape[0]):
+        if diag:
+            for c in range(r.shape[1]):
+                rr[b, c].addmv_(xg[b, c].t(), k[c, 0], alpha=-1)
+        else:
+            rr[b].addmm_(k, xg[b].reshape(-1, size), alpha=-1)
+
+
 def reg_relax_(x, hessian, gradient, weights, taps, period, nb_iter):
     """Coloured Gauss–Seidel sweeps on (H + L) x = g, in place (spec §3).
 
     x lives in one padded buffer per bounds tuple, stored colour by colour (_ColourBuffer), so
     that a colour reads all its taps with one stack of boxes and applies the plain ones with one
-    matmul; the weighted taps add one op each. Everything that does not change between sweeps
+    matrix product per channel; the weighted taps add one op each. Everything that does not change between sweeps
     (per-colour gradient, Hessian, weights and voxel blocks, as contiguous copies) is made once
     per call, so that a sweep costs about one matvec. The terms are those of reg_matvec (equal
     to rounding), the solves those of reg_precond. All inputs are read before x changes, so
@@ -473,10 +504,8 @@ def reg_relax_(x, hessian, gradient, weights, taps, period, nb_iter):
     matrices = {b: _tap_matrix(items, reads[b], chans, dtype, device)
                 for b, items in plain.items()}
     a, diag = _precond_matrix(shape, batch, dtype, device, hessian, weights, taps, chans)
-    if diag:  # the voxel solve is one multiply
-        a = a.expand(x.shape)
-        ok = a > 0
-        a = torch.where(ok, 1 / torch.where(ok, a, torch.ones_like(a)), torch.zeros_like(a))
+    if diag:  # the voxel solve is one multiply; a pivot <= 0 zeroes, as in reg_precond
+        a = a.expand(x.shape).reciprocal().masked_fill_(a.expand(x.shape) <= 0, 0)
     centre = {b: r.index((0,) * dim) for b, r in reads.items()}
     colours = []  # the colours with points: what each reads, made once per call
     for index, sl in enumerate(colour_slices(period)):
@@ -498,10 +527,7 @@ def reg_relax_(x, hessian, gradient, weights, taps, period, nb_iter):
             xs = stacks[home][:, :, centre[home]]
             r = c.gradient.clone()
             for b, (k, kdiag) in matrices.items():
-                xg = stacks[b].view(batch, chans, -1, c.size)
-                if not kdiag:
-                    xg = xg.view(batch, -1, c.size)
-                r -= torch.matmul(k, xg).view(c.shape)
+                _subtract_taps(r, k, kdiag, stacks[b], c.size)
             for kind, b, t, co, ci, f in c.weighted:
                 if kind == 1:
                     r[:, co].addcmul_(f, xs[:, co] - stacks[b][:, co, t], value=-1)
