@@ -8,8 +8,9 @@ buffer), in float64 (1e-10) and float32 (1e-5); 64-bit offsets; non-contiguous i
 arguments (the CPU ops' errors). The public API on CUDA tensors against CPU ones
 (regulariser, regulariser_grid, the CG / relax / FMG / closed-form solvers), gradcheck of
 regulariser and the solvers on CUDA float64, opcheck, PyTorch's current stream, and a tensor of
-more than 2^31 elements (slow). The same kernel cases run without a GPU through the host
-emulation (tests/cuda/emu/test_regsolve.py). Every test needs a CUDA device.
+more than 2^31 elements (slow). The pure-PyTorch kernels on CUDA tensors against themselves
+on CPU ones. The same kernel cases run without a GPU through the host emulation
+(tests/cuda/emu/test_regsolve.py). Every test needs a CUDA device.
 """
 import random
 
@@ -119,6 +120,38 @@ def test_realistic_taps_vs_cpu(CU, C, dim):
                 both(CU, C, "reg_matvec", (x, h, w, flat), 1e-10, tag, fails)
                 both(CU, C, "reg_precond", (x, h, w, flat), 1e-10, tag, fails)
                 relax_both(CU, C, x, h, g, w, flat, per, 3, 1e-10, tag, fails)
+    _check(fails)
+
+
+@gpu
+@pytest.mark.parametrize("dim", [2, 3])
+def test_torch_twin_on_cuda_tensors(dim):
+    """The pure-PyTorch kernels (the TORCH backend, also what a CUDA machine without nvcc
+    gets) on CUDA tensors equal themselves on CPU ones: the relaxation's colour-ordered buffer,
+    its cached layout and its ghost refresh are device-agnostic torch code."""
+    from nitorch_jit.torch_impl import regsolve as twin
+    torch.manual_seed(40 + dim)
+    shape = [9, 6, 7][:dim]
+    fails = []
+    for bnd in BOUNDS:
+        bnds = [bnd] * dim
+        for flat, chans, wch in realistic_cases(dim, bnds):
+            x, g = (torch.randn(2, chans, *shape, dtype=F64) for _ in range(2))
+            w = None if wch is None else torch.rand(2, wch, *shape, dtype=F64)
+            h = spd_hessian(2, chans, shape, packings(chans)[-1])
+            per = R.colour_periods(flat, shape, bnds)
+            tag = f"bound={bnd} C={chans} w={wch}"
+            for op, args in (("reg_matvec", (x, h, w, flat)), ("reg_precond", (x, h, w, flat))):
+                got = getattr(twin, op)(*[dev(a) if torch.is_tensor(a) else a for a in args])
+                ok, err = close(got.cpu(), getattr(twin, op)(*args), 1e-10)
+                if not ok:
+                    fails.append(f"twin {op} {tag}: {err}")
+            x1, x2 = dev(x.clone()), x.clone()
+            twin.reg_relax_(x1, *dev(h, g, w), flat, per, 3)
+            twin.reg_relax_(x2, h, g, w, flat, per, 3)
+            ok, err = close(x1.cpu(), x2, 1e-10)
+            if not ok:
+                fails.append(f"twin relax {tag} period={per}: {err}")
     _check(fails)
 
 
