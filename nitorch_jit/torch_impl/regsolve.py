@@ -209,7 +209,7 @@ def self_block(shape, dtype, device, weights, taps, chans):
         idx = (slice(None), co) if diag else (slice(None), co, ci)
         blk[idx] = blk[idx] + value
 
-    # plain taps: one coefficient per channel (pair) for each offset, one mask per offset
+    # plain taps: one coefficient per channel (pair) for each offset
     plain = {}
     for co, ci, kind, coef, offs, bounds in parsed:
         if kind == 0:
@@ -230,13 +230,11 @@ def self_block(shape, dtype, device, weights, taps, chans):
     for dims, m in by_dims.items():
         blk = blk + m.reshape([1] + chan + [n if d in dims else 1 for d, n in enumerate(shape)])
     for co, ci, kind, coef, offs, bounds in parsed:
-        if kind == 0:
-            continue
-        elif kind == 1:
+        if kind == 1:
             wc = _weight(weights, co)
             wn = _weight(_neighbour_weight(reader, weights, offs, bounds), co)
             add(co, co, coef * 0.5 * (wc + wn) * (1 - reader.self_mask(offs, bounds, dtype)))
-        else:
+        elif kind == 2:
             add(co, ci, coef * _weight(weights, co))
     return blk, diag
 
@@ -350,7 +348,8 @@ def _colour_layout(batch, chans, shape, bounds, pad, period, reads, dtype, devic
         starts = [c + (k,) for c in starts for k in range(p)]
     out.boxes = []
     for colour in starts:
-        size = [batch, chans] + [max(0, -(-(n - c) // p)) for n, c, p in zip(shape, colour, period)]
+        size = [batch, chans] + [max(0, -(-(n - c) // p))
+                                 for n, c, p in zip(shape, colour, period)]
         boxes = []
         for offs in reads:
             at = 0
@@ -389,7 +388,8 @@ def _colour_layout(batch, chans, shape, bounds, pad, period, reads, dtype, devic
     counts = torch.bincount(col, minlength=math.prod(period)).tolist()
     out.ghosts = [(p_, s_, None if bool((g_ == 1).all()) else g_.to(dtype))
                   for p_, s_, g_ in zip(where[pos[order]].split(counts),
-                                        where[src[order]].split(counts), sign[order].split(counts))]
+                                        where[src[order]].split(counts),
+                                        sign[order].split(counts))]
     return out
 
 
@@ -469,12 +469,13 @@ def reg_relax_(x, hessian, gradient, weights, taps, period, nb_iter):
     """Coloured Gauss–Seidel sweeps on (H + L) x = g, in place (spec §3).
 
     x lives in one padded buffer per bounds tuple, stored colour by colour (_ColourBuffer), so
-    that a colour reads all its taps with one stack of boxes and applies the plain ones with one
-    matrix product per channel; the weighted taps add one op each. Everything that does not change between sweeps
-    (per-colour gradient, Hessian, weights and voxel blocks, as contiguous copies) is made once
-    per call, so that a sweep costs about one matvec. The terms are those of reg_matvec (equal
-    to rounding), the solves those of reg_precond. All inputs are read before x changes, so
-    inputs that share x's memory see the old x, as in the compiled kernels."""
+    that a colour reads all its taps with one stack of boxes and applies the plain ones with
+    one matrix-vector product per channel; the weighted taps add one op each. What does not
+    change between sweeps (per-colour gradient, Hessian, weights and voxel blocks, as
+    contiguous copies) is made once per call, so that a sweep costs about one to two matvecs.
+    The terms are those of reg_matvec (equal to rounding), the solves those of reg_precond.
+    All inputs are read before x changes, so inputs that share x's memory see the old x, as
+    in the compiled kernels."""
     nb_iter = int(nb_iter)
     if nb_iter <= 0:
         return None
