@@ -41,7 +41,6 @@ def two_threads():
 
 def _data(shape, channels=2, dtype=F64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    dim = len(shape)
     img = torch.randn([1, channels] + list(shape), generator=g, dtype=F64)
     axes = [torch.arange(s, dtype=F64) for s in shape]
     grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1)
