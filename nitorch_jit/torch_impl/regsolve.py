@@ -150,6 +150,128 @@ def _neighbour_weight(reader, w, offs, bounds):
     return wn
 
 
+# ----------------------------------------------------------------------------- arguments
+# The compiled kernels' argument checks, with their messages (csrc/regsolve/host.h): the TORCH
+# backend refuses what C refuses, in the same words (tests/ops/regsolve/test_torch.py holds
+# the two to the same list of bad calls). The device is whatever x's is.
+_MAX_OFFSET, _NUM_BOUNDS = 2, 7
+
+
+def _is_int_in(v, lo, hi):
+    return math.isfinite(v) and v == math.floor(v) and lo <= v <= hi
+
+
+def _check_field(x, op, arg):
+    if x.dtype not in (torch.float32, torch.float64):
+        raise RuntimeError(f"{op}: {arg} must be float32 or float64")
+    if not 3 <= x.dim() <= 5:
+        raise RuntimeError(f"{op}: {arg} must have shape [B, C, *S] with 1 to 3 spatial dims, "
+                           f"got {x.dim()} dims")
+
+
+def _check_aux(t, x, op, arg):
+    """A tensor that goes with x (device, dtype, batch and spatial sizes): its channels."""
+    where = f"{op}: {arg}"
+    if t.device != x.device:
+        raise RuntimeError(f"{where} must be on the device of the field")
+    if t.dtype != x.dtype:
+        raise RuntimeError(f"{where} must have the dtype of the field")
+    if t.dim() != x.dim() or t.shape[0] != x.shape[0] or t.shape[2:] != x.shape[2:]:
+        raise RuntimeError(f"{where} must have the batch size and spatial shape of the field "
+                           "([B, *, *S])")
+    return t.shape[1]
+
+
+def _check_taps(flat, dim, chans, op):
+    n = 4 + 2 * dim
+    if len(flat) % n:
+        raise RuntimeError(f"{op}: taps: expected a multiple of 4 + 2D = {n} numbers for {dim} "
+                           f"spatial dims, got {len(flat)}")
+    for t in range(len(flat) // n):
+        v = [float(a) for a in flat[t * n:(t + 1) * n]]
+        which = f"{op}: taps: tap {t}: "
+        if not (_is_int_in(v[0], 0, chans - 1) and _is_int_in(v[1], 0, chans - 1)):
+            raise RuntimeError(which + f"channel indices must be integers in [0, {chans})")
+        if not _is_int_in(v[2], 0, 2):
+            raise RuntimeError(which + "kind must be 0, 1 or 2")
+        if not math.isfinite(v[3]):
+            raise RuntimeError(which + "coefficient must be finite")
+        for d in range(dim):
+            if not _is_int_in(v[4 + d], -_MAX_OFFSET, _MAX_OFFSET):
+                raise RuntimeError(which + "offsets must be integers in [-2, 2]")
+            if not _is_int_in(v[4 + dim + d], 0, _NUM_BOUNDS - 1):
+                raise RuntimeError(which + "bound codes must be integers in [0, 6]")
+        if v[2] == 1 and v[0] != v[1]:
+            raise RuntimeError(which + "kind 1 (weighted difference) needs c_in == c_out")
+        if v[2] == 2 and any(v[4:4 + dim]):
+            raise RuntimeError(which + "kind 2 (weighted identity) needs offsets 0")
+
+
+def check_call(op, x, hessian, weights, taps, xname="x"):
+    """The checks every regsolve op makes of x, the Hessian, the weights and the taps."""
+    _check_field(x, op, xname)
+    chans = x.shape[1]
+    if hessian is not None:
+        k = _check_aux(hessian, x, op, "hessian")
+        if k not in (1, chans, chans * (chans + 1) // 2):
+            raise RuntimeError(
+                f"{op}: hessian: {k} values per voxel fit no packing for {chans} channels; "
+                f"expected 1 (scalar), {chans} (diagonal) or {chans * (chans + 1) // 2} "
+                "(symmetric)")
+    if weights is not None:
+        k = _check_aux(weights, x, op, "weights")
+        if k not in (1, chans):
+            raise RuntimeError(f"{op}: weights must have 1 or {chans} channels, got {k}")
+    _check_taps(taps, x.dim() - 2, chans, op)
+
+
+@functools.lru_cache(maxsize=64)
+def _colour_clash(taps, shape, period):
+    """The first tap that couples two voxels of one colour, or None (host.h's check_colours:
+    per axis, whether the tap can land on its own colour, and whether on another voxel)."""
+    for t, (_, _, kind, coef, offs, bounds) in enumerate(parse_taps(list(taps), len(shape))):
+        if kind == 2 or coef == 0:
+            continue
+        same, moved = True, False
+        for d, (o, b, n, p) in enumerate(zip(offs, bounds, shape, period)):
+            if not same:
+                break
+            if o == 0:
+                continue
+            i = torch.arange(n)
+            j, sign = fold(i + o, n, b)
+            hit = (j - i) % p == 0
+            if sign is not None:
+                hit &= sign != 0
+            same = bool(hit.any())
+            moved = moved or bool((hit & (j != i)).any())
+        if same and moved:
+            return t
+    return None
+
+
+def check_relax(x, gradient, taps, period, nb_iter, op="reg_relax_"):
+    """reg_relax_'s further checks; False when there is nothing to do."""
+    if _check_aux(gradient, x, op, "gradient") != x.shape[1]:
+        raise RuntimeError(f"{op}: gradient must have the shape of x")
+    dim = x.dim() - 2
+    if len(period) != dim:
+        raise RuntimeError(f"{op}: period must have one value per spatial dim ({dim}), got "
+                           f"{len(period)}")
+    if any(int(p) < 1 for p in period):
+        raise RuntimeError(f"{op}: period values must be >= 1")
+    if int(nb_iter) < 0:
+        raise RuntimeError(f"{op}: nb_iter must be >= 0, got {int(nb_iter)}")
+    if x.numel() == 0 or int(nb_iter) == 0:
+        return False
+    t = _colour_clash(tuple(float(v) for v in taps), tuple(x.shape[2:]),
+                      tuple(int(p) for p in period))
+    if t is not None:
+        raise RuntimeError(f"{op}: period: tap {t} couples two voxels of one colour; the periods "
+                           "must exceed the taps' reach (and avoid wrapped neighbours with dft)")
+    return True
+
+
 # ----------------------------------------------------------------------------- kernels
 def _unit_weights(weights, parsed, shape, dtype, device):
     """Weighted taps (kinds 1, 2) without weights read w = 1, as the compiled kernels do."""
@@ -160,6 +282,7 @@ def _unit_weights(weights, parsed, shape, dtype, device):
 
 def reg_matvec(x, hessian, weights, taps):
     """L x (+ H x): the tap list applied to x [B, C, *S] (spec §2)."""
+    check_call("reg_matvec", x, hessian, weights, taps)
     dim = x.dim() - 2
     reader = _Reader(x.shape[2:], x.device)
     chans = x.shape[1]
@@ -303,6 +426,7 @@ def _precond_solve(a, diag, r):
 
 def reg_precond(r, hessian, weights, taps):
     """z = (H_v + L_vv)⁻¹ r_v at every voxel (spec §3)."""
+    check_call("reg_precond", r, hessian, weights, taps, "r")
     a, diag = _precond_matrix(r.shape[2:], r.shape[0], r.dtype, r.device, hessian, weights, taps,
                               r.shape[1])
     return _precond_solve(a, diag, r)
@@ -476,9 +600,10 @@ def reg_relax_(x, hessian, gradient, weights, taps, period, nb_iter):
     The terms are those of reg_matvec (equal to rounding), the solves those of reg_precond.
     All inputs are read before x changes, so inputs that share x's memory see the old x, as
     in the compiled kernels."""
-    nb_iter = int(nb_iter)
-    if nb_iter <= 0:
+    check_call("reg_relax_", x, hessian, weights, taps)
+    if not check_relax(x, gradient, taps, period, nb_iter):
         return None
+    nb_iter = int(nb_iter)
     dim = x.dim() - 2
     shape = x.shape[2:]
     batch, chans = x.shape[:2]

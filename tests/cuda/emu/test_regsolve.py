@@ -22,7 +22,8 @@ import torch
 
 from nitorch_jit.ops.regularisers import colour_periods
 from tests.cuda.cases import load_emulation
-from tests.ops.regsolve.cases import BOUNDS, C, close, periods, random_taps, realistic, spd_hessian  # noqa: F401
+from tests.ops.regsolve.cases import (  # noqa: F401
+    BOUNDS, C, bad_calls, close, first_line, periods, random_taps, realistic, spd_hessian)
 
 F32, F64 = torch.float32, torch.float64
 
@@ -307,48 +308,6 @@ def test_input_is_not_modified(EMU):
     g = x.clone()
     EMU.reg_relax_(g, h, x, w, flat, [3, 3], 1)
     assert all(torch.equal(a, b) for a, b in zip((x, h, w), saved))
-
-
-def bad_calls(ns, x, h, w, ok):
-    F = ns
-    return [
-        lambda: F.reg_matvec(x.long(), None, None, ok),
-        lambda: F.reg_matvec(x[0, 0], None, None, ok),
-        lambda: F.reg_matvec(torch.randn(1, 3, 2, 2, 2, 2, dtype=F64), None, None, []),
-        lambda: F.reg_matvec(x, torch.rand(1, 4, 4, 5, dtype=F64), None, ok),
-        lambda: F.reg_matvec(x, torch.rand(1, 3, 4, 6, dtype=F64), None, ok),
-        lambda: F.reg_matvec(x, torch.rand(2, 3, 4, 5, dtype=F64), None, ok),
-        lambda: F.reg_matvec(x, h.float(), None, ok),
-        lambda: F.reg_matvec(x, None, torch.rand(1, 2, 4, 5, dtype=F64), ok),
-        lambda: F.reg_matvec(x, None, torch.rand(1, 1, 5, 4, dtype=F64), ok),
-        lambda: F.reg_matvec(x, None, None, ok[:-1]),
-        lambda: F.reg_matvec(x, None, None, [3.0] + ok[1:]),
-        lambda: F.reg_matvec(x, None, None, [0.0, -1.0] + ok[2:]),
-        lambda: F.reg_matvec(x, None, None, [0.5] + ok[1:]),
-        lambda: F.reg_matvec(x, None, None, ok[:2] + [3.0] + ok[3:]),
-        lambda: F.reg_matvec(x, None, None, ok[:3] + [float("nan")] + ok[4:]),
-        lambda: F.reg_matvec(x, None, None, ok[:4] + [3.0, 0.0] + ok[6:]),
-        lambda: F.reg_matvec(x, None, None, ok[:6] + [7.0, 2.0]),
-        lambda: F.reg_matvec(x, None, None, ok[:6] + [-1.0, 2.0]),
-        lambda: F.reg_matvec(x, None, None, [0.0, 1.0, 1.0] + ok[3:]),
-        lambda: F.reg_matvec(x, None, None, [0.0, 1.0, 2.0] + ok[3:]),
-        lambda: F.reg_precond(x, h, torch.rand(1, 3, 4, dtype=F64), ok),
-        lambda: F.reg_precond(x, torch.rand(1, 5, 4, 5, dtype=F64), None, ok),
-        lambda: F.reg_precond(x.float(), None, None, ok[:3] + [float("inf")] + ok[4:]),
-        lambda: F.reg_relax_(x, h, x[:, :2], w, ok, [2, 2], 1),
-        lambda: F.reg_relax_(x, h, x.float(), w, ok, [2, 2], 1),
-        lambda: F.reg_relax_(x, h, x, w, ok, [2], 1),
-        lambda: F.reg_relax_(x, h, x, w, ok, [2, 0], 1),
-        lambda: F.reg_relax_(x, h, x, w, ok, [2, 2], -1),
-        lambda: F.reg_relax_(x, h, x, w, ok, [1, 2], 1),
-        lambda: F.reg_relax_(x, h, x, w, ok[:4] + [2.0, 0.0] + ok[6:], [2, 2], 1),
-        lambda: F.reg_relax_(x, h, x, w, ok[:6] + [5.0, 2.0], [3, 2], 1),
-        lambda: F.reg_relax_(x, h, x, w, ok, [2, 2, 2], 1),
-    ]
-
-
-def first_line(e):
-    return str(e).splitlines()[0]
 
 
 def test_bad_arguments_same_errors_as_cpu(EMU, C):
