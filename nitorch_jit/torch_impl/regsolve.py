@@ -182,7 +182,9 @@ def _check_aux(t, x, op, arg):
     return t.shape[1]
 
 
+@functools.lru_cache(maxsize=256)
 def _check_taps(flat, dim, chans, op):
+    """flat: the tap list as a tuple (a solver checks the same list at every call: once)."""
     n = 4 + 2 * dim
     if len(flat) % n:
         raise RuntimeError(f"{op}: taps: expected a multiple of 4 + 2D = {n} numbers for {dim} "
@@ -222,7 +224,7 @@ def check_call(op, x, hessian, weights, taps, xname="x"):
         k = _check_aux(weights, x, op, "weights")
         if k not in (1, chans):
             raise RuntimeError(f"{op}: weights must have 1 or {chans} channels, got {k}")
-    _check_taps(taps, x.dim() - 2, chans, op)
+    _check_taps(tuple(taps), x.dim() - 2, chans, op)
 
 
 @functools.lru_cache(maxsize=64)
