@@ -9,6 +9,8 @@ prefilter (nitorch_jit.torch_impl.splinc) when `prefilter` is set. Per dim the t
 (m, order+1) table of indices and weights, computed in float64 (as the C kernels do); the
 forward gathers with index_select, the adjoint scatters with index_add_.
 """
+import math
+
 import torch
 
 from . import splinc
@@ -45,7 +47,7 @@ def _skip(n, m, scale, shift, order):
 
 
 def resize(input, shape, scale, shift, order, bound, prefilter):
-    _check(input, shape, scale, shift, order, bound)
+    check_resize(input, shape, scale, shift, order, bound, "resize")
     x = input
     off, dims = _dims(input, shape)
     for i in dims:
@@ -55,7 +57,7 @@ def resize(input, shape, scale, shift, order, bound, prefilter):
         if not filt and _skip(n, m, scale[i], shift[i], order[i]):
             continue
         if filt:
-            x = splinc.spline_coeff_nd(x, [order[i]], [bound[i]], [d], False)
+            x = splinc.coeff(x, [order[i]], [bound[i]], [d], False)
         idx, w = taps(order[i], bound[i], n, m, scale[i], shift[i])
         w = w.to(device=x.device, dtype=x.dtype)
         g = x.index_select(d, idx.reshape(-1).to(x.device))
@@ -66,7 +68,7 @@ def resize(input, shape, scale, shift, order, bound, prefilter):
 
 
 def resize_adjoint(input, shape, scale, shift, order, bound, prefilter):
-    _check(input, shape, scale, shift, order, bound)
+    check_resize(input, shape, scale, shift, order, bound, "resize_adjoint")
     x = input
     off, dims = _dims(input, shape)
     for i in dims:
@@ -83,16 +85,31 @@ def resize_adjoint(input, shape, scale, shift, order, bound, prefilter):
         out.index_add_(-1, idx.reshape(-1).to(x.device), vals)
         x = out.movedim(-1, d)
         if filt:
-            x = splinc.spline_coeff_nd(x, [order[i]], [bound[i]], [d], True)
+            x = splinc.coeff(x, [order[i]], [bound[i]], [d], True)
     return x.clone(memory_format=torch.contiguous_format) if x is input else x.contiguous()
 
 
-def _check(input, shape, scale, shift, order, bound):
-    D = len(shape)
-    if not (len(scale) == len(shift) == len(order) == len(bound) == D) or not 1 <= D <= input.dim():
-        raise ValueError("resize: shape, scale, shift, order and bound must have the same length")
-    if input.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"resize: expected float32 or float64, got {input.dtype}")
+def check_resize(input, shape, scale, shift, order, bound, name):
+    """csrc/lines/checks.h check_resize_args, in its order and words (less the device check:
+    the twin runs on any device); the dtype, order and bound rules are splinc's."""
+    splinc.check_float(input, name)
+    D, nd = len(shape), input.dim()
+    if not 1 <= D <= nd:
+        raise RuntimeError(f"{name}: got {D} spatial sizes for a {nd}-D input")
+    if not len(scale) == len(shift) == len(order) == len(bound) == D:
+        raise RuntimeError(f"{name}: shape, scale, shift, order and bound must have the same "
+                           "length")
+    for m, o, b, a, s in zip(shape, order, bound, scale, shift):
+        if m < 1:
+            raise RuntimeError(f"{name}: output sizes must be >= 1, got {m}")
+        splinc.check_codes(o, b, name)
+        if not (math.isfinite(a) and math.isfinite(s)):
+            raise RuntimeError(f"{name}: scale and shift must be finite")
+    sizes = input.shape[nd - D:]
+    if min(sizes) < 1:
+        raise RuntimeError(f"{name}: empty spatial dim in input")
+    if max(max(sizes), max(shape)) >= splinc.INT32_MAX:
+        raise RuntimeError(f"{name}: spatial sizes must be below 2^31 - 1")
 
 
 KERNELS = {

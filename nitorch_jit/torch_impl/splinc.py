@@ -21,6 +21,7 @@ The filter is symmetric for dct2, dst1, dst2 and dft. For dct1 the interpolation
 B = S W with S symmetric and W = diag(1/2, 1, ..., 1, 1/2), so the adjoint of B^-1 is
 W B^-1 W^-1: scale both end samples by 2, filter, scale both end samples by 1/2.
 """
+import functools
 import math
 
 import torch
@@ -174,22 +175,79 @@ def _filter_dim(x, order, bound, adjoint):
     return x
 
 
+# ----------------------------------------------------------------------------- arguments
+# The checks of csrc/lines/checks.h, in its order and words, so that the TORCH backend refuses
+# what C refuses (tests/ops/splinc/test_splinc.py and tests/ops/resize/test_resize.py hold both
+# to tests/cuda/lines_cases.py::bad_calls). check_float and check_codes are the rules that
+# checks.h shares between splinc and resize (the resize twin uses them from here). C's "expected
+# a CPU tensor" is not checked: the twin runs on any device. No tensor op is made unless a
+# check fails.
+_FLOATS = (torch.float32, torch.float64)
+_MAX_ORDER, _NUM_BOUNDS = 7, 7
+INT32_MAX = 2 ** 31 - 1  # the resize tap tables hold int32 indices
+
+
+@functools.lru_cache(maxsize=None)
+def c10_name(dtype):
+    """c10's name of a dtype (what C's messages print: Int, Half, ...)."""
+    try:  # the legacy type names are c10's: torch.IntTensor, torch.cuda.HalfTensor, ...
+        return torch.empty(0, dtype=dtype).type().rsplit(".", 1)[-1][:-len("Tensor")]
+    except Exception:  # noqa: BLE001 -- a dtype without a legacy type name
+        return str(dtype).replace("torch.", "")
+
+
+def check_float(input, name):
+    """checks.h check_float (less the device): a float32 or float64 tensor."""
+    if input.dtype not in _FLOATS:
+        raise RuntimeError(f"{name}: expected float32 or float64, got {c10_name(input.dtype)}")
+
+
+def check_codes(order, bound, name):
+    """A spline order (0..7) and a bound code (0..6) of one dim, as splinc and resize check."""
+    if not 0 <= order <= _MAX_ORDER:
+        raise RuntimeError(f"{name}: order must be in 0..{_MAX_ORDER}, got {order}")
+    if not 0 <= bound < _NUM_BOUNDS:
+        raise RuntimeError(f"{name}: unknown bound code {bound}")
+
+
+def check_splinc(input, order, bound, dim, name):
+    """checks.h check_splinc_args."""
+    check_float(input, name)
+    if not len(order) == len(bound) == len(dim):
+        raise RuntimeError(f"{name}: order, bound and dim must have the same length")
+    nd = input.dim()
+    for o, b, d in zip(order, bound, dim):
+        if not 0 <= d < nd:
+            raise RuntimeError(f"{name}: dim {d} out of range")
+        check_codes(o, b, name)
+
+
+def check_not_expanded(input):
+    """checks.h check_not_expanded: an expanded dim cannot be filtered in place."""
+    if 0 in input.stride():
+        for n, s in zip(input.shape, input.stride()):
+            if n >= 2 and s == 0:
+                raise RuntimeError("spline_coeff_nd_: input has an expanded dim (stride 0); "
+                                   "use inplace=False")
+
+
+# ----------------------------------------------------------------------------- ops
 def spline_coeff_nd(input, order, bound, dim, adjoint):
     """Filter `input` along each dim of `dim` (order[i], bound[i] for dim[i]); new tensor."""
-    x = input.clone(memory_format=torch.contiguous_format)
-    return _apply(x, order, bound, dim, adjoint)
+    check_splinc(input, order, bound, dim, "spline_coeff_nd")
+    return coeff(input, order, bound, dim, adjoint)
 
 
 def spline_coeff_nd_(input, order, bound, dim, adjoint):
     """In-place variant: writes the coefficients into `input`; returns nothing."""
-    input.copy_(spline_coeff_nd(input, order, bound, dim, adjoint))
+    check_splinc(input, order, bound, dim, "spline_coeff_nd_")
+    check_not_expanded(input)
+    input.copy_(coeff(input, order, bound, dim, adjoint))
 
 
-def _apply(x, order, bound, dim, adjoint):
-    if not (len(order) == len(bound) == len(dim)):
-        raise ValueError("order, bound and dim must have the same length")
-    if x.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"spline_coeff: expected float32 or float64, got {x.dtype}")
+def coeff(input, order, bound, dim, adjoint):
+    """spline_coeff_nd without the checks (for callers that made them: resize)."""
+    x = input.clone(memory_format=torch.contiguous_format)
     for o, b, d in zip(order, bound, dim):
         if x.shape[d] == 0 or x.numel() == 0:
             continue

@@ -211,8 +211,52 @@ def bad_calls(x):
         ("resize", (x, [3, 3], [float("nan"), 1.0], sh, [1, 1], [2, 2], True)),
         ("resize_adjoint", (x, [3, 3], sc, [0.0, float("inf")], [1, 1], [2, 2], True)),
         ("resize_adjoint", (x[:, :0], [3, 3], sc, sh, [1, 1], [2, 2], True)),
+        # the dtype names (c10's), each op's own name, the other lengths and signs, int32 sizes
+        ("spline_coeff_nd", (x.bool(), [3], [2], [1], False)),
+        ("spline_coeff_nd", (x, [3], [2], [1, 2], False)),
+        ("spline_coeff_nd_", (x.float().to(torch.bfloat16), [3], [2], [1], False)),
+        ("spline_coeff_nd_", (x, [3], [9], [1], False)),
+        ("resize_adjoint", (x.long(), [3, 3], sc, sh, [1, 1], [2, 2], True)),
+        ("resize_adjoint", (x, [3, 3], sc, sh, [1, 1], [2], True)),
+        ("resize", (x, [-2, 3], sc, sh, [1, 1], [2, 2], True)),
+        ("resize_adjoint", (x, [3, 3], sc, sh, [1, -1], [2, 2], True)),
+        ("resize", (x, [3, 3], sc, sh, [1, 1], [-1, 2], True)),
+        ("resize", (x, [3, 3], sc, [float("-inf"), 0.0], [1, 1], [2, 2], True)),
+        ("resize", (x, [3, 2 ** 31 - 1], sc, sh, [1, 1], [2, 2], True)),
+        ("resize_adjoint", (x, [2 ** 31, 3], sc, sh, [1, 1], [2, 2], True)),
     ]
 
 
 def first_line(err):
     return str(err).splitlines()[0]
+
+
+def _raised(fn, args):
+    """'RuntimeError: <first line>' of what fn(*args) raises, another type's name, or None."""
+    try:
+        fn(*args)
+    except RuntimeError as e:
+        return f"RuntimeError: {first_line(e)}"
+    except Exception as e:  # noqa: BLE001 -- reported as a failure
+        return f"{type(e).__name__} (not RuntimeError): {first_line(e)}"
+    return None
+
+
+def bad_call_sweep(K, C, names):
+    """Every bad call of the ops `names`: K (a mapping or namespace of ops: any device, CPU
+    tensors in) raises RuntimeError with C's first line, and leaves its tensors unchanged."""
+    fails = []
+    x = randn(2, 5, 4)
+    get = K.__getitem__ if isinstance(K, dict) else lambda n: getattr(K, n)
+    for i, (name, args) in enumerate(bad_calls(x)):
+        if name not in names:
+            continue
+        before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        want = _raised(getattr(C, name), args)
+        got = _raised(get(name), args)
+        if want is None or not want.startswith("RuntimeError") or got != want:
+            fails.append(f"bad call {i} ({name}): C {want!r}, got {got!r}")
+        for a, b in zip(args, before):
+            if isinstance(a, torch.Tensor) and not torch.equal(a, b):
+                fails.append(f"bad call {i} ({name}): an input changed")
+    return fails

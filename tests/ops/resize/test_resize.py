@@ -193,6 +193,16 @@ def test_resize_grid(c_ops):
     assert b.shape == (2, 4, 4, 4, 3)
 
 
+def test_bad_arguments_same_errors_as_c(c_ops):
+    """The TORCH ops refuse each bad raw-op call of tests/cuda/lines_cases.py (dtypes, numbers
+    of spatial sizes, lengths, output sizes, orders, bound codes, non-finite scale / shift,
+    empty input dims, sizes past int32) with C's RuntimeError and first line
+    (csrc/lines/checks.h), and change nothing."""
+    from tests.cuda.lines_cases import bad_call_sweep
+    names = ("resize", "resize_adjoint")
+    assert bad_call_sweep(twin.KERNELS, torch.ops.nitorch_jit, names) == []
+
+
 def test_api_errors():
     x = torch.randn(1, 1, 8, 8)
     with pytest.raises(ValueError, match="factor or shape"):

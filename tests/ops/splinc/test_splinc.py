@@ -257,6 +257,15 @@ def test_api_errors():
         api.spline_coeff(x, 3, inplace="yes")
 
 
+def test_bad_arguments_same_errors_as_c(c_op):
+    """The TORCH ops refuse each bad raw-op call of tests/cuda/lines_cases.py (dtypes,
+    lengths, dims, orders, bound codes, expanded in-place input) with C's RuntimeError and
+    first line (csrc/lines/checks.h), and change nothing."""
+    from tests.cuda.lines_cases import bad_call_sweep
+    names = ("spline_coeff_nd", "spline_coeff_nd_")
+    assert bad_call_sweep(twin.KERNELS, torch.ops.nitorch_jit, names) == []
+
+
 def test_gradcheck(c_op):
     torch.manual_seed(4)
     for bound in ("dct1", "dct2", "dst1", "dst2", "dft", "zero"):
