@@ -44,8 +44,6 @@ def _prepare(grid, shape, order, bound, extrapolate, nderiv):
     B, D = grid.shape[0], grid.shape[-1]
     g = grid.reshape(B, -1, D)
     strides, _ = _spatial_strides(shape)
-    if len(order) != D or len(bound) != D or len(shape) != D:
-        raise ValueError("order, bound and shape need one entry per spatial dim")
     mask = None
     dims = []
     for d in range(D):
@@ -130,14 +128,161 @@ def _scaled(val, w):
     return val * w.unsqueeze(1) if isinstance(w, torch.Tensor) else val * w
 
 
-def _check(input, grid, nspatial):
+# ----------------------------------------------------------------------------- arguments
+# The checks of the compiled ops (csrc/pushpull/checks.h, in the order of the CPU library,
+# pushpull/cpu/*.cpp), with their messages: a bad raw-op call raises RuntimeError with the first
+# line C raises. The twin runs on any device, so "must be a CPU tensor" is not checked; the other
+# tensors must be on the device of the grid (affine). Data and grid share a dtype, float32 or
+# float64 (no half data: the public layer gives the twin float32 copies). Only Python ints and
+# sizes are read: no tensor op, so the cost stays a few microseconds a call.
+_MAX_ORDER, _NUM_BOUNDS = 7, 7  # core/spline.h kMaxOrder, core/bounds.h kNumBounds
+_FLOATS = (torch.float32, torch.float64)
+_DTYPE_NAMES = {  # c10::toString(ScalarType)
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
+    torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool", torch.complex32: "ComplexHalf",
+    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+
+
+def _dt(dtype):
+    return _DTYPE_NAMES.get(dtype) or str(dtype).replace("torch.", "")
+
+
+def _shape(sizes):
+    return str(list(sizes))
+
+
+def _fail(*parts):
+    raise RuntimeError("".join(str(p) for p in parts))
+
+
+def _check_grid(grid):
+    """grid [B, *O, D], D in 1..3, strided, float32 / float64: returns D."""
+    dim = grid.dim()
+    if dim < 3:
+        _fail("grid must have shape [B, *O, D] with D in 1..3, got shape ", _shape(grid.shape))
     D = grid.shape[-1]
-    if D not in (1, 2, 3):
-        raise ValueError(f"grid.size(-1) must be 1, 2 or 3, got {D}")
-    if grid.dim() != D + 2 or input.dim() != nspatial + 2:
-        raise ValueError("expected input [B, C, *spatial] and grid [B, *spatial, D]")
-    if input.shape[0] != grid.shape[0]:
-        raise ValueError("input and grid must have the same batch size")
+    if not 1 <= D <= 3:
+        _fail("grid.size(-1) (D) must be 1, 2 or 3, got ", D)
+    if dim != D + 2:
+        _fail("grid must have D + 2 = ", D + 2, " dims [B, *O, D] (D = grid.size(-1)), got shape ",
+              _shape(grid.shape))
+    if grid.layout != torch.strided:
+        _fail("grid must be a strided (dense) tensor")
+    if grid.dtype not in _FLOATS:
+        _fail("grid must be float32 or float64, got ", _dt(grid.dtype))
+    return D
+
+
+def _check_affine(affine):
+    """affine [B, D, D + 1], D in 1..3, strided, float32 / float64: returns D."""
+    s = affine.shape
+    if not (len(s) == 3 and s[2] == s[1] + 1 and 1 <= s[1] <= 3):
+        _fail("affine must have shape [B, D, D + 1] with D in 1..3, got shape ", _shape(s))
+    if affine.layout != torch.strided:
+        _fail("affine must be a strided (dense) tensor")
+    if affine.dtype not in _FLOATS:
+        _fail("affine must be float32 or float64, got ", _dt(affine.dtype))
+    return s[1]
+
+
+def _check_tensor(t, name, ref, D, with_d, layout, ref_name):
+    """t [B, C, *spatial(D)] (+ a trailing D when with_d) on ref's device, in ref's dtype, with
+    ref's batch size."""
+    s = t.shape
+    want = D + 2 + (1 if with_d else 0)
+    if len(s) != want:
+        _fail(name, " must have ", want, " dims ", layout, " for D = ", D, ", got shape ",
+              _shape(s))
+    if t.device != ref.device:
+        _fail(name, " must be on the ", ref_name, "'s device (", ref.device, "), got ", t.device)
+    if t.layout != torch.strided:
+        _fail(name, " must be a strided (dense) tensor")
+    if t.dtype != ref.dtype:
+        _fail(name, " dtype (", _dt(t.dtype), ") must match ", ref_name, " dtype (",
+              _dt(ref.dtype), ")")
+    if s[0] != ref.shape[0]:
+        _fail(name, " batch size (", s[0], ") must equal ", ref_name, " batch size (",
+              ref.shape[0], ")")
+    if with_d and s[-1] != D:
+        _fail(name, ".size(-1) must be D = ", D, ", got ", s[-1])
+
+
+def _check_point_shape(t, name, grid, D):
+    """The spatial dims of t (from dim 2) are the grid's spatial dims."""
+    if t.shape[2:2 + D] != grid.shape[1:1 + D]:
+        _fail(name, " spatial shape ", _shape(t.shape[2:2 + D]),
+              " must equal the grid spatial shape ", _shape(grid.shape[1:1 + D]))
+
+
+def _check_channels(t, name, input):
+    if t.shape[1] != input.shape[1]:
+        _fail(name, " channels (", t.shape[1], ") must equal input channels (", input.shape[1],
+              ")")
+
+
+def _check_options(order, bound, D):
+    if len(order) != D:
+        _fail("order must have D = ", D, " entries (one per spatial dim), got ", len(order))
+    if len(bound) != D:
+        _fail("bound must have D = ", D, " entries (one per spatial dim), got ", len(bound))
+    for d in range(D):
+        if not 0 <= order[d] <= _MAX_ORDER:
+            _fail("order[", d, "] must be in 0..", _MAX_ORDER, ", got ", order[d])
+        if not 0 <= bound[d] < _NUM_BOUNDS:
+            _fail("bound[", d, "] must be in 0..", _NUM_BOUNDS - 1,
+                  " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ", bound[d])
+
+
+def _check_shape(shape, D):
+    if len(shape) != D:
+        _fail("shape must have D = ", D, " entries (the output spatial size), got ", len(shape))
+    for d in range(D):
+        if shape[d] < 0:
+            _fail("shape[", d, "] must be >= 0, got ", shape[d])
+
+
+# op -> (the reference tensor, input layout, input has a trailing D, input lies at the points,
+#        the second tensor's name, its layout, it has a trailing D, it lies at the points,
+#        options checked before it, the op takes an output shape)
+_CALLS = {
+    "grid_pull": ("grid", "[B, C, *S]", False, False, None, None, False, False, True, False),
+    "grid_grad": ("grid", "[B, C, *S]", False, False, None, None, False, False, True, False),
+    "grid_push": ("grid", "[B, C, *O]", False, True, None, None, False, False, True, True),
+    "grid_pushgrad": ("grid", "[B, C, *O, D]", True, True, None, None, False, False, True, True),
+    "grid_grad_dot": ("grid", "[B, C, *S]", False, False, "weight", "[B, C, *O]", False, True,
+                      True, False),
+    "grid_hess_dot": ("grid", "[B, C, *S]", False, False, "weight", "[B, C, *O, D]", True, True,
+                      True, False),
+    "grid_pull_backward": ("grid", "[B, C, *S]", False, False, "grad", "[B, C, *O]", False, True,
+                           False, False),
+    "affine_pull": ("affine", "[B, C, *S]", False, False, None, None, False, False, True, True),
+    "affine_push": ("affine", "[B, C, *O]", False, False, None, None, False, False, True, True),
+    "affine_grad_dot": ("affine", "[B, C, *S]", False, False, "weight", "[B, C, *O]", False,
+                        False, False, False),
+}
+
+
+def check_call(op, input, ref, order, bound, shape=None, other=None):
+    """The argument checks of compiled op `op` (ref: its grid or affine matrix; other: the
+    weight of the dot ops, the grad of grid_pull_backward), in C's order; returns D."""
+    (ref_name, layout, with_d, at_points, oname, olayout, o_with_d, o_at_points, options_first,
+     has_shape) = _CALLS[op]
+    D = _check_grid(ref) if ref_name == "grid" else _check_affine(ref)
+    _check_tensor(input, "input", ref, D, with_d, layout, ref_name)
+    if at_points:
+        _check_point_shape(input, "input", ref, D)
+    if options_first:
+        _check_options(order, bound, D)
+    if oname is not None:
+        _check_tensor(other, oname, ref, D, o_with_d, olayout, ref_name)
+        if o_at_points:
+            _check_point_shape(other, oname, ref, D)
+        _check_channels(other, oname, input)
+        if not options_first:
+            _check_options(order, bound, D)
+    if has_shape:
+        _check_shape(shape, D)
     return D
 
 
@@ -147,7 +292,7 @@ def _empty(input, grid, S):
 
 def grid_pull(input, grid, order, bound, extrapolate):
     """out[b, c, *O] = sum over taps of the spline weight times the folded input."""
-    D = _check(input, grid, grid.shape[-1])
+    D = check_call("grid_pull", input, grid, order, bound)
     B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
     if _empty(input, grid, S):
         return input.new_zeros([B, C, *O])
@@ -169,7 +314,7 @@ def grid_pull(input, grid, order, bound, extrapolate):
 
 def grid_grad(input, grid, order, bound, extrapolate):
     """out[b, c, *O, d] = spatial gradient of the interpolated input along dim d."""
-    D = _check(input, grid, grid.shape[-1])
+    D = check_call("grid_grad", input, grid, order, bound)
     B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
     if _empty(input, grid, S):
         return input.new_zeros([B, C, *O, D])
@@ -193,7 +338,7 @@ def grid_grad(input, grid, order, bound, extrapolate):
 
 def grid_push(input, grid, shape, order, bound, extrapolate):
     """Adjoint of grid_pull: out[b, c, *shape] accumulates weight * input[b, c, point]."""
-    D = _check(input, grid, grid.shape[-1])
+    D = check_call("grid_push", input, grid, order, bound, shape)
     shape = [int(n) for n in shape]
     B, C, O = input.shape[0], input.shape[1], grid.shape[1:-1]
     out = input.new_zeros([B, C, math.prod(shape)])
@@ -213,10 +358,7 @@ def grid_push(input, grid, shape, order, bound, extrapolate):
 
 def grid_pushgrad(input, grid, shape, order, bound, extrapolate):
     """Adjoint of grid_grad: input [B, C, *O, D] -> out [B, C, *shape]."""
-    D = grid.shape[-1]
-    if input.dim() != D + 3 or input.shape[-1] != D:
-        raise ValueError("grid_pushgrad expects input [B, C, *O, D]")
-    _check(input[..., 0], grid, D)
+    D = check_call("grid_pushgrad", input, grid, order, bound, shape)
     shape = [int(n) for n in shape]
     B, C, O = input.shape[0], input.shape[1], grid.shape[1:-1]
     out = input.new_zeros([B, C, math.prod(shape)])
@@ -242,7 +384,7 @@ def grid_pushgrad(input, grid, shape, order, bound, extrapolate):
 
 def grid_grad_dot(weight, input, grid, order, bound, extrapolate):
     """out[b, *O, d] = sum_c weight[b, c, *O] * grid_grad(input)[b, c, *O, d]."""
-    D = _check(input, grid, grid.shape[-1])
+    D = check_call("grid_grad_dot", input, grid, order, bound, other=weight)
     B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
     if _empty(input, grid, S):
         return input.new_zeros([B, *O, D])
@@ -268,7 +410,7 @@ def grid_grad_dot(weight, input, grid, order, bound, extrapolate):
 
 def grid_hess_dot(weight, input, grid, order, bound, extrapolate):
     """out[b, *O, e] = sum_c sum_d weight[b, c, *O, d] * H[b, c, *O, d, e] (H: spatial Hessian)."""
-    D = _check(input, grid, grid.shape[-1])
+    D = check_call("grid_hess_dot", input, grid, order, bound, other=weight)
     B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
     if _empty(input, grid, S):
         return input.new_zeros([B, *O, D])
@@ -297,6 +439,7 @@ def grid_hess_dot(weight, input, grid, order, bound, extrapolate):
 
 def grid_pull_backward(grad, input, grid, order, bound, extrapolate):
     """Both gradients of grid_pull: (grid_push(grad) into input's shape, grid_grad_dot(grad, input))."""
+    check_call("grid_pull_backward", input, grid, order, bound, other=grad)
     shape = list(input.shape[2:])
     return (grid_push(grad, grid, shape, order, bound, extrapolate),
             grid_grad_dot(grad, input, grid, order, bound, extrapolate))
@@ -340,10 +483,12 @@ def _affine_chunks(shape, max_points=1 << 20):
 def affine_kernels(pull, push, grad_dot):
     """The affine ops built on grid kernels (grid_pull, grid_push, grid_grad_dot of the pushpull
     schemas): the grid of a chunk of the first output dim at a time, so memory stays bounded.
-    Serves this twin and any backend that has only the grid ops."""
+    Serves this twin and any backend that has only the grid ops. The arguments are checked as
+    the compiled affine ops check them (check_call)."""
 
     def affine_pull(input, affine, shape, order, bound, extrapolate):
         """pull at affine_coords(affine, shape), chunk by chunk."""
+        check_call("affine_pull", input, affine, order, bound, shape)
         shape = [int(n) for n in shape]
         if any(n == 0 for n in shape) or input.shape[1] == 0:
             return input.new_zeros([input.shape[0], input.shape[1], *shape])
@@ -352,6 +497,7 @@ def affine_kernels(pull, push, grad_dot):
 
     def affine_push(input, affine, shape, order, bound, extrapolate):
         """Adjoint of affine_pull: push at affine_coords, accumulated over chunks."""
+        check_call("affine_push", input, affine, order, bound, shape)
         pts = list(input.shape[2:])
         out = input.new_zeros([input.shape[0], input.shape[1], *[int(n) for n in shape]])
         if out.numel() == 0 or any(n == 0 for n in pts):
@@ -363,6 +509,7 @@ def affine_kernels(pull, push, grad_dot):
 
     def affine_grad_dot(weight, input, affine, order, bound, extrapolate):
         """d<weight, affine_pull(input)>/d affine: sum over output voxels i of g(i) (x) (i, 1)."""
+        check_call("affine_grad_dot", input, affine, order, bound, other=weight)
         pts = list(weight.shape[2:])
         D = len(pts)
         out = affine.new_zeros([affine.shape[0], D, D + 1])

@@ -562,3 +562,23 @@ def test_compile_others(name):
     args = {"grid_push": (y, g, S), "grid_grad": (x, g), "grid_pushgrad": (yg, g, S),
             "grid_grad_dot": (y, x, g), "grid_hess_dot": (yg, x, g)}[name]
     _compile_check(name, args, [2, 3], [BOUNDS["dst2"], BOUNDS["zero"]])
+
+
+# --------------------------------------------------------------------------- bad arguments
+
+def test_bad_arguments_same_errors_as_c(C):
+    """Every bad raw-op call of the shared list (tests/ops/pushpull/cases.py: grid, input,
+    weight and affine shapes, dtypes and batch sizes, order, bound, shape, in C's order) raises
+    RuntimeError in the twin with the first line of the compiled op's message, and changes
+    nothing."""
+    x, g, w = cases.bad_args()
+    x0, g0, w0 = x.clone(), g.clone(), w.clone()
+    calls = list(zip(cases.bad_calls(C, x, g, w), cases.bad_calls(PP, x, g, w)))
+    assert len(calls) >= 70
+    for i, ((want_fn, _), (got_fn, _)) in enumerate(calls):
+        with pytest.raises(RuntimeError) as want:
+            want_fn()
+        with pytest.raises(RuntimeError) as got:
+            got_fn()
+        assert cases.first_line(got.value) == cases.first_line(want.value), i
+    assert torch.equal(x, x0) and torch.equal(g, g0) and torch.equal(w, w0)
