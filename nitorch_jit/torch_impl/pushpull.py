@@ -20,6 +20,7 @@ import math
 import torch
 
 from .bounds import fold
+from .checks import FLOATS, MAX_ORDER, NUM_BOUNDS, dtype_name
 from .splines import mul, spline_taps
 
 TOL = 0.05  # extrapolate=False: a point is in range iff -TOL <= x <= n - 1 + TOL
@@ -134,18 +135,8 @@ def _scaled(val, w):
 # line C raises. The twin runs on any device, so "must be a CPU tensor" is not checked; the other
 # tensors must be on the device of the grid (affine). Data and grid share a dtype, float32 or
 # float64 (no half data: the public layer gives the twin float32 copies). Only Python ints and
-# sizes are read: no tensor op, so the cost stays a few microseconds a call.
-_MAX_ORDER, _NUM_BOUNDS = 7, 7  # core/spline.h kMaxOrder, core/bounds.h kNumBounds
-_FLOATS = (torch.float32, torch.float64)
-_DTYPE_NAMES = {  # c10::toString(ScalarType)
-    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
-    torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool", torch.complex32: "ComplexHalf",
-    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
-
-
-def _dt(dtype):
-    return _DTYPE_NAMES.get(dtype) or str(dtype).replace("torch.", "")
+# sizes are read: no tensor op, so the cost stays a few microseconds a call. What the families'
+# checks share (dtypes, code ranges, c10's dtype names) is checks.py.
 
 
 def _shape(sizes):
@@ -169,8 +160,8 @@ def _check_grid(grid):
               _shape(grid.shape))
     if grid.layout != torch.strided:
         _fail("grid must be a strided (dense) tensor")
-    if grid.dtype not in _FLOATS:
-        _fail("grid must be float32 or float64, got ", _dt(grid.dtype))
+    if grid.dtype not in FLOATS:
+        _fail("grid must be float32 or float64, got ", dtype_name(grid.dtype))
     return D
 
 
@@ -181,8 +172,8 @@ def _check_affine(affine):
         _fail("affine must have shape [B, D, D + 1] with D in 1..3, got shape ", _shape(s))
     if affine.layout != torch.strided:
         _fail("affine must be a strided (dense) tensor")
-    if affine.dtype not in _FLOATS:
-        _fail("affine must be float32 or float64, got ", _dt(affine.dtype))
+    if affine.dtype not in FLOATS:
+        _fail("affine must be float32 or float64, got ", dtype_name(affine.dtype))
     return s[1]
 
 
@@ -199,8 +190,8 @@ def _check_tensor(t, name, ref, D, with_d, layout, ref_name):
     if t.layout != torch.strided:
         _fail(name, " must be a strided (dense) tensor")
     if t.dtype != ref.dtype:
-        _fail(name, " dtype (", _dt(t.dtype), ") must match ", ref_name, " dtype (",
-              _dt(ref.dtype), ")")
+        _fail(name, " dtype (", dtype_name(t.dtype), ") must match ", ref_name, " dtype (",
+              dtype_name(ref.dtype), ")")
     if s[0] != ref.shape[0]:
         _fail(name, " batch size (", s[0], ") must equal ", ref_name, " batch size (",
               ref.shape[0], ")")
@@ -227,10 +218,10 @@ def _check_options(order, bound, D):
     if len(bound) != D:
         _fail("bound must have D = ", D, " entries (one per spatial dim), got ", len(bound))
     for d in range(D):
-        if not 0 <= order[d] <= _MAX_ORDER:
-            _fail("order[", d, "] must be in 0..", _MAX_ORDER, ", got ", order[d])
-        if not 0 <= bound[d] < _NUM_BOUNDS:
-            _fail("bound[", d, "] must be in 0..", _NUM_BOUNDS - 1,
+        if not 0 <= order[d] <= MAX_ORDER:
+            _fail("order[", d, "] must be in 0..", MAX_ORDER, ", got ", order[d])
+        if not 0 <= bound[d] < NUM_BOUNDS:
+            _fail("bound[", d, "] must be in 0..", NUM_BOUNDS - 1,
                   " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ", bound[d])
 
 

@@ -9,6 +9,7 @@ import types
 import torch
 
 from .bounds import DCT2, fold
+from .checks import FLOATS, NUM_BOUNDS
 
 
 # ----------------------------------------------------------------------------- Hessian packing
@@ -154,7 +155,7 @@ def _neighbour_weight(reader, w, offs, bounds):
 # The compiled kernels' argument checks, with their messages (csrc/regsolve/host.h): the TORCH
 # backend refuses what C refuses, in the same words (tests/ops/regsolve/test_torch.py holds
 # the two to the same list of bad calls). The device is whatever x's is.
-_MAX_OFFSET, _NUM_BOUNDS = 2, 7
+_MAX_OFFSET = 2
 
 
 def _is_int_in(v, lo, hi):
@@ -162,7 +163,7 @@ def _is_int_in(v, lo, hi):
 
 
 def _check_field(x, op, arg):
-    if x.dtype not in (torch.float32, torch.float64):
+    if x.dtype not in FLOATS:
         raise RuntimeError(f"{op}: {arg} must be float32 or float64")
     if not 3 <= x.dim() <= 5:
         raise RuntimeError(f"{op}: {arg} must have shape [B, C, *S] with 1 to 3 spatial dims, "
@@ -201,7 +202,7 @@ def _check_taps(flat, dim, chans, op):
         for d in range(dim):
             if not _is_int_in(v[4 + d], -_MAX_OFFSET, _MAX_OFFSET):
                 raise RuntimeError(which + "offsets must be integers in [-2, 2]")
-            if not _is_int_in(v[4 + dim + d], 0, _NUM_BOUNDS - 1):
+            if not _is_int_in(v[4 + dim + d], 0, NUM_BOUNDS - 1):
                 raise RuntimeError(which + "bound codes must be integers in [0, 6]")
         if v[2] == 1 and v[0] != v[1]:
             raise RuntimeError(which + "kind 1 (weighted difference) needs c_in == c_out")

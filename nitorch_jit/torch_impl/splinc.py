@@ -21,12 +21,12 @@ The filter is symmetric for dct2, dst1, dst2 and dft. For dct1 the interpolation
 B = S W with S symmetric and W = diag(1/2, 1, ..., 1, 1/2), so the adjoint of B^-1 is
 W B^-1 W^-1: scale both end samples by 2, filter, scale both end samples by 1/2.
 """
-import functools
 import math
 
 import torch
 
 from ..codes import DCT1, DCT2, DFT, DST1, DST2, REPLICATE, ZERO
+from .checks import FLOATS, MAX_ORDER, NUM_BOUNDS, dtype_name
 
 # poles of the sampled centred B-spline of order n, largest magnitude first
 _POLES = {
@@ -182,31 +182,20 @@ def _filter_dim(x, order, bound, adjoint):
 # checks.h shares between splinc and resize (the resize twin uses them from here). C's "expected
 # a CPU tensor" is not checked: the twin runs on any device. No tensor op is made unless a
 # check fails.
-_FLOATS = (torch.float32, torch.float64)
-_MAX_ORDER, _NUM_BOUNDS = 7, 7
 INT32_MAX = 2 ** 31 - 1  # the resize tap tables hold int32 indices
-
-
-@functools.lru_cache(maxsize=None)
-def c10_name(dtype):
-    """c10's name of a dtype (what C's messages print: Int, Half, ...)."""
-    try:  # the legacy type names are c10's: torch.IntTensor, torch.cuda.HalfTensor, ...
-        return torch.empty(0, dtype=dtype).type().rsplit(".", 1)[-1][:-len("Tensor")]
-    except Exception:  # noqa: BLE001 -- a dtype without a legacy type name
-        return str(dtype).replace("torch.", "")
 
 
 def check_float(input, name):
     """checks.h check_float (less the device): a float32 or float64 tensor."""
-    if input.dtype not in _FLOATS:
-        raise RuntimeError(f"{name}: expected float32 or float64, got {c10_name(input.dtype)}")
+    if input.dtype not in FLOATS:
+        raise RuntimeError(f"{name}: expected float32 or float64, got {dtype_name(input.dtype)}")
 
 
 def check_codes(order, bound, name):
     """A spline order (0..7) and a bound code (0..6) of one dim, as splinc and resize check."""
-    if not 0 <= order <= _MAX_ORDER:
-        raise RuntimeError(f"{name}: order must be in 0..{_MAX_ORDER}, got {order}")
-    if not 0 <= bound < _NUM_BOUNDS:
+    if not 0 <= order <= MAX_ORDER:
+        raise RuntimeError(f"{name}: order must be in 0..{MAX_ORDER}, got {order}")
+    if not 0 <= bound < NUM_BOUNDS:
         raise RuntimeError(f"{name}: unknown bound code {bound}")
 
 
