@@ -22,9 +22,9 @@ from nitorch_jit import backends
 from nitorch_jit.ops import regularisers as R
 
 from tests.cuda.cases import gpu, check as _check, on_side_stream
-from tests.cuda.emu.test_regsolve import (BOUNDS, SHAPES, bad_calls, close, dominant, first_line,
-                                    packings, periods, random_taps, realistic, realistic_cases,
-                                    spd_hessian)
+from tests.cuda.emu.test_regsolve import (BOUNDS, SHAPES, close, dominant, packings, periods,
+                                          random_taps, realistic, realistic_cases, spd_hessian)
+from tests.ops.regsolve.cases import bad_calls, first_line
 
 F32, F64 = torch.float32, torch.float64
 DEV = "cuda"  # (a dry run of these tests on the CPU sets it to "cpu")
@@ -105,22 +105,28 @@ def test_float32_vs_cpu(CU, C, dim):
 @pytest.mark.parametrize("dim", [1, 2, 3])
 def test_realistic_taps_vs_cpu(CU, C, dim):
     torch.manual_seed(20 + dim)
-    shape = [9, 6, 7][:dim]
     fails = []
+    for tag, flat, chans, x, g, w, per in realistic_inputs(dim):
+        for k in [None] + packings(chans):
+            h = None if k is None else spd_hessian(2, chans, x.shape[2:], k)
+            tag_k = f"{tag} K={k}"
+            both(CU, C, "reg_matvec", (x, h, w, flat), 1e-10, tag_k, fails)
+            both(CU, C, "reg_precond", (x, h, w, flat), 1e-10, tag_k, fails)
+            relax_both(CU, C, x, h, g, w, flat, per, 3, 1e-10, tag_k, fails)
+    _check(fails)
+
+
+def realistic_inputs(dim, shape=(9, 6, 7)):
+    """(tag, taps, channels, x, g, w, period) on a [2, C, *shape] grid for every bound and
+    realistic tap list."""
+    shape = list(shape[:dim])
     for bnd in BOUNDS:
         bnds = [bnd] * dim
         for flat, chans, wch in realistic_cases(dim, bnds):
-            x, g = torch.randn(2, chans, *shape, dtype=F64), torch.randn(2, chans, *shape,
-                                                                          dtype=F64)
+            x, g = (torch.randn(2, chans, *shape, dtype=F64) for _ in range(2))
             w = None if wch is None else torch.rand(2, wch, *shape, dtype=F64)
-            per = R.colour_periods(flat, shape, bnds)
-            for k in [None] + packings(chans):
-                h = None if k is None else spd_hessian(2, chans, shape, k)
-                tag = f"bound={bnd} C={chans} w={wch} K={k}"
-                both(CU, C, "reg_matvec", (x, h, w, flat), 1e-10, tag, fails)
-                both(CU, C, "reg_precond", (x, h, w, flat), 1e-10, tag, fails)
-                relax_both(CU, C, x, h, g, w, flat, per, 3, 1e-10, tag, fails)
-    _check(fails)
+            yield (f"bound={bnd} C={chans} w={wch}", flat, chans, x, g, w,
+                   R.colour_periods(flat, shape, bnds))
 
 
 @gpu
@@ -131,27 +137,20 @@ def test_torch_twin_on_cuda_tensors(dim):
     its cached layout and its ghost refresh are device-agnostic torch code."""
     from nitorch_jit.torch_impl import regsolve as twin
     torch.manual_seed(40 + dim)
-    shape = [9, 6, 7][:dim]
     fails = []
-    for bnd in BOUNDS:
-        bnds = [bnd] * dim
-        for flat, chans, wch in realistic_cases(dim, bnds):
-            x, g = (torch.randn(2, chans, *shape, dtype=F64) for _ in range(2))
-            w = None if wch is None else torch.rand(2, wch, *shape, dtype=F64)
-            h = spd_hessian(2, chans, shape, packings(chans)[-1])
-            per = R.colour_periods(flat, shape, bnds)
-            tag = f"bound={bnd} C={chans} w={wch}"
-            for op, args in (("reg_matvec", (x, h, w, flat)), ("reg_precond", (x, h, w, flat))):
-                got = getattr(twin, op)(*[dev(a) if torch.is_tensor(a) else a for a in args])
-                ok, err = close(got.cpu(), getattr(twin, op)(*args), 1e-10)
-                if not ok:
-                    fails.append(f"twin {op} {tag}: {err}")
-            x1, x2 = dev(x.clone()), x.clone()
-            twin.reg_relax_(x1, *dev(h, g, w), flat, per, 3)
-            twin.reg_relax_(x2, h, g, w, flat, per, 3)
-            ok, err = close(x1.cpu(), x2, 1e-10)
+    for tag, flat, chans, x, g, w, per in realistic_inputs(dim):
+        h = spd_hessian(2, chans, x.shape[2:], packings(chans)[-1])
+        for op in ("reg_matvec", "reg_precond"):
+            got = getattr(twin, op)(*dev(x, h, w), flat)
+            ok, err = close(got.cpu(), getattr(twin, op)(x, h, w, flat), 1e-10)
             if not ok:
-                fails.append(f"twin relax {tag} period={per}: {err}")
+                fails.append(f"twin {op} {tag}: {err}")
+        x1, x2 = dev(x.clone()), x.clone()
+        twin.reg_relax_(x1, *dev(h, g, w), flat, per, 3)
+        twin.reg_relax_(x2, h, g, w, flat, per, 3)
+        ok, err = close(x1.cpu(), x2, 1e-10)
+        if not ok:
+            fails.append(f"twin relax {tag} period={per}: {err}")
     _check(fails)
 
 

@@ -113,3 +113,21 @@ def bad_calls(ns, x, h, w, ok):
 
 def first_line(e):
     return str(e).splitlines()[0]
+
+
+def assert_same_errors(want_ns, got_ns):
+    """Every call of bad_calls raises RuntimeError in both namespaces, with the same first
+    line (want_ns's is the reference), and changes nothing."""
+    x = torch.randn(1, 3, 4, 5, dtype=F64)
+    ok = [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 2.0, 2.0]
+    h = torch.rand(1, 3, 4, 5, dtype=F64)
+    w = torch.rand(1, 1, 4, 5, dtype=F64)
+    x0 = x.clone()
+    for i, (want_fn, got_fn) in enumerate(zip(bad_calls(want_ns, x, h, w, ok),
+                                              bad_calls(got_ns, x, h, w, ok))):
+        with pytest.raises(RuntimeError) as want:
+            want_fn()
+        with pytest.raises(RuntimeError) as got:
+            got_fn()
+        assert first_line(got.value) == first_line(want.value), i
+    assert torch.equal(x, x0)
