@@ -153,7 +153,8 @@ def empty_cache():
     ``output_cache_mb`` MiB (``NI_JIT_OUTPUT_CACHE_MB``, default 256), so that the next output
     of the same size skips the page faults of fresh memory (about 11 ms per 46 MB on a 2-core
     VM). Like ``torch.cuda.empty_cache``, this returns them; outputs still in use are not
-    touched, and later calls fill the cache again.
+    touched, and later calls fill the cache again. The pure-PyTorch relaxation's cached grid
+    layouts (index tensors on the grid's device, a few per grid size) are dropped too.
 
     Parameters
     ----------
@@ -170,6 +171,8 @@ def empty_cache():
     >>> del out  # its block is kept for the next output of that size
     >>> nj.empty_cache()  # and now given back
     """
+    from ..torch_impl import regsolve  # noqa: PLC0415 -- the twin, only when asked
+    regsolve.clear_caches()
     with _LOCK:
         budget = _VALUES["output_cache_mb"]
         _VALUES["output_cache_mb"] = 0

@@ -443,7 +443,21 @@ def colour_slices(period):
     return [(Ellipsis,) + s for s in out]
 
 
-@functools.lru_cache(maxsize=16)
+def clear_caches():
+    """Drop the cached layouts of reg_relax_'s buffers (nitorch_jit.empty_cache calls this).
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> clear_caches()
+    """
+    _colour_layout.cache_clear()
+
+
+@functools.lru_cache(maxsize=8)
 def _colour_layout(batch, chans, shape, bounds, pad, period, reads, dtype, device):
     """The geometry of a _ColourBuffer, the same for every call on one grid (so cached).
 
