@@ -19,6 +19,14 @@ __all__ = ["FLOATS", "MAX_ORDER", "NUM_BOUNDS", "dtype_name"]
 def dtype_name(dtype):
     """c10's name of a dtype, as the compiled kernels' messages print it (Float, Int, Half...).
 
+    Parameters
+    ----------
+    dtype : torch.dtype
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> import torch

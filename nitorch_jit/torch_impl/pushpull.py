@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from ..codes import BOUND_NAMES
 from .bounds import fold
 from .checks import FLOATS, MAX_ORDER, NUM_BOUNDS, dtype_name
 from .splines import mul, spline_taps
@@ -221,8 +222,8 @@ def _check_options(order, bound, D):
         if not 0 <= order[d] <= MAX_ORDER:
             _fail("order[", d, "] must be in 0..", MAX_ORDER, ", got ", order[d])
         if not 0 <= bound[d] < NUM_BOUNDS:
-            _fail("bound[", d, "] must be in 0..", NUM_BOUNDS - 1,
-                  " (replicate, dct1, dct2, dst1, dst2, dft, zero), got ", bound[d])
+            _fail("bound[", d, "] must be in 0..", NUM_BOUNDS - 1, " (", ", ".join(BOUND_NAMES),
+                  "), got ", bound[d])
 
 
 def _check_shape(shape, D):

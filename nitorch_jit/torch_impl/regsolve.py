@@ -435,12 +435,19 @@ def reg_precond(r, hessian, weights, taps):
     return _precond_solve(a, diag, r)
 
 
-def colour_slices(period):
-    """Index tuples of the colours, in lexicographic order (the first dim slowest)."""
+def colour_starts(period):
+    """The colours, each as its first index along every dim, in lexicographic order (the first
+    dim slowest): the order of the sweeps (spec §3)."""
     out = [()]
     for p in period:
-        out = [s + (slice(c, None, p),) for s in out for c in range(p)]
-    return [(Ellipsis,) + s for s in out]
+        out = [c + (k,) for c in out for k in range(p)]
+    return out
+
+
+def colour_slices(period):
+    """Index tuples of the colours, in colour_starts' order."""
+    return [(Ellipsis,) + tuple(slice(c, None, p) for c, p in zip(start, period))
+            for start in colour_starts(period)]
 
 
 def clear_caches():
@@ -462,7 +469,7 @@ def _colour_layout(batch, chans, shape, bounds, pad, period, reads, dtype, devic
     """The geometry of a _ColourBuffer, the same for every call on one grid (so cached).
 
     Returns a namespace: `split`, `order`, `back` and `grow` (the reshapes and pads between x's
-    layout and the buffer's), `shape` (the buffer's), for each colour in colour_slices' order
+    layout and the buffer's), `shape` (the buffer's), for each colour in colour_starts' order
     its `boxes` (the as_strided arguments of its reads, in `reads`' order) and `ghosts` (places
     in one plane of the buffer, flat, of the ghosts whose sources have that colour, of those
     sources, and their signs, or None where all are +1; per plane, so that the cache holds
@@ -484,11 +491,8 @@ def _colour_layout(batch, chans, shape, bounds, pad, period, reads, dtype, devic
     for d in reversed(range(len(st) - 1)):
         st[d] = st[d + 1] * out.shape[d + 1]
     # the boxes: colour points + offset, as (size, stride, storage offset)
-    starts = [()]
-    for p in period:
-        starts = [c + (k,) for c in starts for k in range(p)]
     out.boxes = []
-    for colour in starts:
+    for colour in colour_starts(period):
         size = [batch, chans] + [max(0, -(-(n - c) // p))
                                  for n, c, p in zip(shape, colour, period)]
         boxes = []

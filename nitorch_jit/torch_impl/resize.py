@@ -89,6 +89,9 @@ def resize_adjoint(input, shape, scale, shift, order, bound, prefilter):
     return x.clone(memory_format=torch.contiguous_format) if x is input else x.contiguous()
 
 
+_INT32_MAX = 2 ** 31 - 1  # the tap tables hold int32 indices
+
+
 def check_resize(input, shape, scale, shift, order, bound, name):
     """csrc/lines/checks.h check_resize_args, in its order and words (less the device check:
     the twin runs on any device); the dtype, order and bound rules are splinc's."""
@@ -108,7 +111,7 @@ def check_resize(input, shape, scale, shift, order, bound, name):
     sizes = input.shape[nd - D:]
     if min(sizes) < 1:
         raise RuntimeError(f"{name}: empty spatial dim in input")
-    if max(max(sizes), max(shape)) >= splinc.INT32_MAX:
+    if max(max(sizes), max(shape)) >= _INT32_MAX:
         raise RuntimeError(f"{name}: spatial sizes must be below 2^31 - 1")
 
 

@@ -182,9 +182,6 @@ def _filter_dim(x, order, bound, adjoint):
 # checks.h shares between splinc and resize (the resize twin uses them from here). C's "expected
 # a CPU tensor" is not checked: the twin runs on any device. No tensor op is made unless a
 # check fails.
-INT32_MAX = 2 ** 31 - 1  # the resize tap tables hold int32 indices
-
-
 def check_float(input, name):
     """checks.h check_float (less the device): a float32 or float64 tensor."""
     if input.dtype not in FLOATS:
