@@ -127,13 +127,43 @@ def _asked_error(want, module, device_type, err):
     return BackendError(f"NI_COMPILED_BACKEND={want} but {err}")
 
 
+def _provider_error(provider, err):
+    """A provider's failure as a BackendError: its own, or any other exception (an ImportError,
+    a bug of ours) wrapped so that the walk goes on and the cause keeps its traceback."""
+    if isinstance(err, BackendError):
+        return err
+    wrapped = BackendError(f"the {provider.NAME} provider failed unexpectedly with "
+                           f"{type(err).__name__}: {err} (a bug of nitorch_jit or a broken "
+                           f"install: please report it)")
+    wrapped = wrapped.with_traceback(err.__traceback__)  # where it was raised
+    wrapped.__cause__ = err
+    wrapped.short = str(wrapped)  # the fallback warning's short reason (see MonaiUnavailable)
+    return wrapped
+
+
+def _all_failed(module, device_type, failed):
+    """No provider could serve: the first provider's error, the others chained as its causes
+    (each with the traceback of where it was raised)."""
+    first = failed[0][1]
+    err = BackendError(f"no backend can serve {module} on {device_type.upper()}: {first}")
+    link = err
+    for provider, other in failed[1:]:
+        cause = BackendError(f"{provider.NAME} could not serve it either: {other}")
+        cause = cause.with_traceback(other.__traceback__)
+        link.__cause__, link = cause, cause
+    if len(failed) == 1:
+        err.__cause__ = first
+    return err
+
+
 def _choose(module, device_type, want):
     """Walk plan(): the first provider that registers wins; returns (name, reason)."""
     failed = []  # (provider, error) of those tried before
     for provider in plan(module, want):
         try:
             where = provider.register(module, device_type)
-        except BackendError as err:
+        except Exception as err:  # anything: a provider's failure never ends the walk here
+            err = _provider_error(provider, err)
             if want == provider.NAME:  # asked for by name: no fallback
                 raise _asked_error(want, module, device_type, err) from err
             failed.append((provider, err))
@@ -149,7 +179,7 @@ def _choose(module, device_type, want):
         else:
             _fallback_warning(device_type, first, failed[1][1] if len(failed) > 1 else None)
         return provider.NAME, f"fallback: {first}; {where}"
-    raise failed[-1][1]
+    raise _all_failed(module, device_type, failed)
 
 
 def ensure(module, device):

@@ -42,7 +42,7 @@ import torch
 
 from ..codes import BOUND_NAMES
 from .errors import BackendError, MonaiUnavailable
-from .schemas import MODULES
+from .schemas import register_kernels
 
 NAME = "MONAI"
 SERVED = ("pushpull",)  # the modules of ours that MONAI's routines can serve
@@ -246,7 +246,7 @@ def _kernels(C):
                                       *opts(order, bound, extrapolate))
         return gi, gg
 
-    from .torch_impl.pushpull import affine_kernels  # affine ops: MONAI's grid ops by chunks
+    from ..torch_impl.pushpull import affine_kernels  # affine ops: MONAI's grid ops by chunks
     return {"grid_pull": pull, "grid_push": push, "grid_grad": grad, "grid_pushgrad": pushgrad,
             "grid_grad_dot": grad_dot, "grid_hess_dot": hess_dot,
             "grid_pull_backward": pull_backward, **affine_kernels(pull, push, grad_dot)}
@@ -294,11 +294,7 @@ def register(module, device_type):
         _probe_cuda(C)
     with _LOCK:
         if (module, device_type) not in _LIBS:
-            lib = torch.library.Library("nitorch_jit", "IMPL")
-            kernels = _kernels(C)
-            for op in MODULES[module]:
-                lib.impl(op, kernels[op], key)
-            _LIBS[(module, device_type)] = lib
+            _LIBS[(module, device_type)] = register_kernels(module, _kernels(C), key)
     return f"MONAI's compiled routines, {C.__file__}"
 
 

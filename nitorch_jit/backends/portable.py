@@ -1,12 +1,10 @@
 """The TORCH provider: the pure-PyTorch twins of nitorch_jit/torch_impl, registered as the
 kernels of the ``nitorch_jit`` ops. Always available; correct but several times slower."""
-import torch
-
 from .errors import BackendError
-from .schemas import MODULES
+from .schemas import MODULES, register_kernels
 
 NAME = "TORCH"
-_LIB = None  # Library("nitorch_jit", "IMPL") holding the pure-PyTorch registrations
+_LIBS = {}  # (module, device type) -> Library("nitorch_jit", "IMPL") holding the twins
 _DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
 
 
@@ -17,15 +15,12 @@ def serves(module):
 
 def register(module, device_type):
     """Register the twins of `module`'s ops for `device_type`; return where they come from."""
-    global _LIB
     from .. import torch_impl  # the twins import torch only; loaded when first chosen
     key = _DISPATCH_KEYS.get(device_type)
     if key is None:
         raise BackendError(f"nitorch_jit has no kernels for device type {device_type!r}")
-    if _LIB is None:
-        _LIB = torch.library.Library("nitorch_jit", "IMPL")
-    for op in MODULES[module]:
-        _LIB.impl(op, torch_impl.KERNELS[op], key)
+    if (module, device_type) not in _LIBS:  # the caller (backends.ensure) holds its lock
+        _LIBS[(module, device_type)] = register_kernels(module, torch_impl.KERNELS, key)
     return "the pure-PyTorch kernels (nitorch_jit.torch_impl)"
 
 

@@ -56,3 +56,32 @@ MODULES = {
 for _ops in MODULES.values():
     for _name, _schema in _ops.items():
         LIB.define(_name + _schema)
+
+
+def register_kernels(module, kernels, dispatch_key):
+    """Register `kernels` ({op name: callable}) as the `dispatch_key` kernels of every op of
+    `module`, all or nothing; return the Library that holds them (keep it alive).
+
+    A provider's table that fails halfway (a missing op, a refused override) leaves nothing
+    registered, so the next provider of the walk registers on a clean slate instead of
+    overriding half a set of kernels (a warning on some torch releases, an error on others).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit.backends.schemas import register_kernels
+    >>> try:
+    ...     register_kernels("splinc", {}, "Meta")  # the table lacks every op
+    ... except KeyError as err:
+    ...     print(err)
+    'spline_coeff_nd'
+    """
+    impls = [(op, kernels[op]) for op in MODULES[module]]  # the whole table, before any impl
+    lib = torch.library.Library("nitorch_jit", "IMPL")
+    try:
+        for op, fn in impls:
+            lib.impl(op, fn, dispatch_key)
+    except BaseException:
+        lib._destroy()  # drops the impls made so far (torch >= 2.1)
+        raise
+    return lib

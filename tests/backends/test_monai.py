@@ -4,8 +4,8 @@ Two groups of tests:
 - without MONAI's build (always run): the fallback order C -> MONAI -> TORCH and its warnings,
   with the loaders replaced; the error when monai is installed without monai._C; the
   translation of our codes into MONAI's enums; the options MONAI's port cannot serve.
-- with MONAI's build (skipped when ``import monai._C`` fails, as in CI; scripts/build_monai.sh
-  builds it): agreement of every pushpull op, served by monai._C through our adapter, with our
+- with MONAI's build (the ``monai_own_c`` fixture of tests/conftest.py builds MONAI's own _C
+  once per run, uninstalled, and CI requires it: NI_JIT_REQUIRE_MONAI=1): agreement of every pushpull op, served by monai._C through our adapter, with our
   C kernels over dims 1-3, orders 0-7, every bound, extrapolate on and off, forward and
   backward; and the public API end to end in a process with NI_COMPILED_BACKEND=MONAI.
 """
@@ -34,17 +34,33 @@ MONAI_BOUND_VALUES = {"replicate": 0, "dct1": 1, "dct2": 2, "dst1": 3, "dst2": 4
                       "zero": 7}
 
 
-def _real_monai():
+PLUGINS = REPO / "tests" / "compat" / "plugins"
+
+
+@pytest.fixture(scope="module")
+def monai_c(monai_own_c):
+    """MONAI's own compiled routines, imported as ``monai._C`` in this process (the route of
+    tests/compat/plugins/monai_own.py); removed again after this module."""
+    finders = list(sys.meta_path)
+    saved = os.environ.get("MONAI_OWN_C")
+    os.environ["MONAI_OWN_C"] = monai_own_c
+    sys.path.insert(0, str(PLUGINS))
+    sys.modules.pop("monai._C", None)
     try:
-        return monai_backend.load()
-    except monai_backend.MonaiUnavailable:
-        return None
-
-
-MONAI_C = _real_monai()
-needs_monai = pytest.mark.skipif(
-    MONAI_C is None, reason="MONAI's compiled routines (monai._C) are not built here: "
-                            "scripts/build_monai.sh builds them")
+        import monai_own  # noqa: F401  (puts its finder first on sys.meta_path)
+        if monai_own._OwnC not in {type(f) for f in sys.meta_path}:
+            sys.meta_path.insert(0, monai_own._OwnC())  # imported before, by another test
+        C = monai_backend.load()
+        assert C.__file__ == monai_own_c, C.__file__
+        yield C
+    finally:
+        sys.meta_path[:] = finders
+        sys.path.remove(str(PLUGINS))
+        sys.modules.pop("monai._C", None)
+        if saved is None:
+            os.environ.pop("MONAI_OWN_C", None)
+        else:
+            os.environ["MONAI_OWN_C"] = saved
 
 
 # ------------------------------------------------------------------ without MONAI's build
@@ -69,9 +85,8 @@ def test_code_translation_table():
     assert orders == [("member", o) for o in range(8)]  # orders agree: translated by value
 
 
-@needs_monai
-def test_code_translation_against_monai_enums():
-    bounds, orders = monai_backend.to_monai(MONAI_C, list(range(8)), list(range(7)))
+def test_code_translation_against_monai_enums(monai_c):
+    bounds, orders = monai_backend.to_monai(monai_c, list(range(8)), list(range(7)))
     assert [int(b) for b in bounds] == [MONAI_BOUND_VALUES[n] for n in BOUND_NAMES]
     assert [b.name for b in bounds] == BOUND_NAMES
     assert [int(o) for o in orders] == list(range(8))
@@ -134,7 +149,9 @@ def fresh_backend(monkeypatch):
     monkeypatch.setattr(backends, "_STATE", {})
     monkeypatch.setattr(backends, "_WARNED", set())
     calls = []
-    ways = types.SimpleNamespace(c_error=None, monai_error=None, calls=calls)
+    # an error given as a string is the provider's own BackendError; an exception instance
+    # is raised as it is (a bug of ours, an ImportError)
+    ways = types.SimpleNamespace(c_error=None, monai_error=None, torch_error=None, calls=calls)
 
     def load_module(module, device_type, archs=None):
         calls.append(("C", module))
@@ -144,6 +161,8 @@ def fresh_backend(monkeypatch):
 
     def register_monai(module, device_type):
         calls.append(("MONAI", module))
+        if isinstance(ways.monai_error, BaseException):
+            raise ways.monai_error
         if ways.monai_error:
             raise monai_backend.MonaiUnavailable(ways.monai_error + " and how to build it",
                                                  ways.monai_error)
@@ -151,6 +170,8 @@ def fresh_backend(monkeypatch):
 
     def register_torch(module, device_type):
         calls.append(("TORCH", module))
+        if ways.torch_error:
+            raise ways.torch_error
         return "torch_impl stand-in"
 
     monkeypatch.setattr(backends.compiled, "load_module", load_module)
@@ -213,14 +234,143 @@ def test_backend_monai_requested_but_unavailable_raises(fresh_backend, monkeypat
         fresh_backend.calls
 
 
+def _bug():
+    try:  # raised, so that it carries a traceback as a real one does
+        from nitorch_jit.backends.no_such_module import x  # noqa: F401
+    except ImportError as err:
+        return err
+
+
+def test_walk_survives_a_provider_bug(fresh_backend):
+    """Unset: a provider failing with anything but BackendError (here the ImportError of a
+    wrong import path, issue #32) hands over to the next one, with the one warning."""
+    fresh_backend.c_error = "no C++ compiler found"
+    fresh_backend.monai_error = _bug()
+    which, msgs = _ensure("pushpull")
+    assert which == "TORCH" and len(msgs) == 1, msgs
+    assert "no C++ compiler found" in msgs[0]
+    assert "MONAI provider failed unexpectedly with ModuleNotFoundError" in msgs[0]
+    assert "no_such_module" in msgs[0]
+    assert fresh_backend.calls == [("C", "pushpull"), ("MONAI", "pushpull"),
+                                   ("TORCH", "pushpull")]
+    # and when our compiled provider is the one with the bug, MONAI stands in
+    fresh_backend.c_error, fresh_backend.monai_error = None, None
+    backends._STATE.clear()
+    backends._WARNED.clear()
+    backends.compiled.load_module = lambda *a, **k: {}["a bug"]
+    which, msgs = _ensure("pushpull")
+    assert which == "MONAI" and len(msgs) == 1
+    assert "C provider failed unexpectedly with KeyError: 'a bug'" in msgs[0]
+
+
+def test_provider_bug_when_asked_by_name(fresh_backend, monkeypatch):
+    monkeypatch.setenv("NI_COMPILED_BACKEND", "MONAI")
+    bug = fresh_backend.monai_error = _bug()
+    with pytest.raises(backends.BackendError, match="NI_COMPILED_BACKEND=MONAI but the MONAI "
+                                                    "provider failed unexpectedly") as err:
+        backends.ensure("pushpull", "cpu")
+    causes = []
+    e = err.value
+    while e is not None:
+        causes.append(e)
+        e = e.__cause__
+    assert causes[-1] is bug  # the original, with its traceback, ends the chain
+    assert fresh_backend.calls == [("MONAI", "pushpull")]
+    assert backends.status() == {}  # nothing chosen: the next call tries again
+
+
+def test_every_provider_fails(fresh_backend):
+    """The user gets the first provider's error, the others chained as its causes."""
+    fresh_backend.c_error = "no C++ compiler found"
+    fresh_backend.monai_error = "MONAI is not installed"
+    fresh_backend.torch_error = RuntimeError("the twins are broken")
+    with pytest.raises(backends.BackendError) as err:
+        _ensure("pushpull")
+    assert str(err.value) == "no backend can serve pushpull on CPU: no C++ compiler found"
+    monai_cause = err.value.__cause__
+    assert str(monai_cause).startswith("MONAI could not serve it either: MONAI is not installed")
+    torch_cause = monai_cause.__cause__
+    assert str(torch_cause) == ("TORCH could not serve it either: the TORCH provider failed "
+                                "unexpectedly with RuntimeError: the twins are broken (a bug of "
+                                "nitorch_jit or a broken install: please report it)")
+    assert torch_cause.__traceback__ is not None  # where it was raised
+
+
+# A provider that fails halfway through its registrations leaves none behind: the next one
+# registers on a clean slate (on torch 2.13 an override would print "Overriding a previously
+# registered kernel"; a torch that forbids overrides would raise).
+HALFWAY = r"""
+import json, sys, warnings, torch
+warnings.simplefilter("always")
+from nitorch_jit.backends import compiled, monai
+from nitorch_jit.backends.schemas import MODULES
+from nitorch_jit.jit import toolchain
+import nitorch_jit as nj
+
+def no_compiler(*args, **kwargs):
+    raise toolchain.ToolchainError("no C++ compiler (stand-in)")
+
+compiled.load_module = no_compiler
+monai.load = lambda: "a stand-in for monai._C"
+
+def wrong(*args):
+    raise AssertionError("a half-registered MONAI kernel ran")
+
+class Halfway(dict):  # a kernel table that raises at its third op
+    def __getitem__(self, op):
+        if op == "grid_grad":
+            raise KeyError(op)
+        return wrong
+
+if sys.argv[1] == "table":
+    monai._kernels = lambda C: Halfway()
+else:  # the dispatcher refuses the third registration
+    impl, seen = torch.library.Library.impl, []
+    def failing_impl(self, name, fn, *args, **kwargs):
+        seen.append(name)
+        if len(seen) == 3 and fn is not None and "torch_impl" not in fn.__module__:
+            raise RuntimeError("refused registration (stand-in)")
+        return impl(self, name, fn, *args, **kwargs)
+    torch.library.Library.impl = failing_impl
+    monai._kernels = lambda C: {op: wrong for op in MODULES["pushpull"]}
+with warnings.catch_warnings(record=True) as caught:
+    x = torch.arange(24.).reshape(1, 1, 4, 6)
+    g = torch.tensor([[[[1.5, 2.25]]]])
+    out = [nj.grid_pull(x, g).item(), nj.grid_push(x, nj.identity_grid([4, 6])[None]).sum().item(),
+           nj.compiled_backend]
+print("RESULT", json.dumps([out, [str(w.message) for w in caught]]))
+"""
+
+
+@pytest.mark.parametrize("where", ["table", "impl"])
+def test_provider_failing_halfway_leaves_nothing_registered(tmp_path, where):
+    proc = subprocess.run([sys.executable, "-c", HALFWAY, where], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, PYTHONPATH=PYTHONPATH,
+                                                NI_JIT_CACHE_DIR=str(tmp_path / "c")))
+    assert proc.returncode == 0, proc.stderr
+    (pulled, pushed, which), msgs = json.loads(
+        [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1][7:])
+    assert which == "TORCH" and pulled == 1.5 * 6 + 2.25 and pushed == sum(range(24))
+    assert len(msgs) == 1, msgs  # the fallback warning, and no "Overriding ..." one
+    why = "KeyError: 'grid_grad'" if where == "table" else "refused registration (stand-in)"
+    assert "no C++ compiler (stand-in)" in msgs[0] and why in msgs[0], msgs
+    assert "Overriding" not in proc.stderr, proc.stderr
+
+
 # the caller's PYTHONPATH is kept: it may hide or provide a monai
 PYTHONPATH = os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
 
 
-def _run(code, tmp_path, **env):
+def _run(code, tmp_path, own_c=None, **env):
+    """`code` in a fresh interpreter; with `own_c`, MONAI's own build serves ``monai._C``
+    there by the route tests/compat uses (tests/compat/plugins/monai_own.py)."""
     e = dict(os.environ, NI_JIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=PYTHONPATH)
     e.pop("NI_COMPILED_BACKEND", None)
     e.update(env)
+    if own_c is not None:
+        e["MONAI_OWN_C"] = own_c
+        e["PYTHONPATH"] = os.pathsep.join([str(PLUGINS), e["PYTHONPATH"]])
+        code = "import monai_own\n" + code
     return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
                           timeout=600)
 
@@ -241,21 +391,28 @@ def test_monai_without_C_end_to_end(tmp_path):
     assert not (tmp_path / "cache").exists()  # nothing was compiled
 
 
-def test_cli_info_says_what_monai_serves(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "nitorch_jit", "info"], capture_output=True,
-                          text=True, timeout=600,
-                          env=dict(os.environ, NI_JIT_CACHE_DIR=str(tmp_path / "c"),
-                                   PYTHONPATH=PYTHONPATH, NI_COMPILED_BACKEND="MONAI"))
+INFO = "import sys; from nitorch_jit.cli import main; sys.exit(main(['info']))"
+
+
+def _info_lines(proc):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "MONAI (NI_COMPILED_BACKEND=MONAI" in out
     assert "splinc, resize, regsolve: no MONAI equivalent, our kernels serve them" in out
     resize_line = next(x for x in out.splitlines() if x.strip().startswith("cpu   resize"))
     assert resize_line.split()[2] == "C:"
-    pushpull_line = next(x for x in out.splitlines() if x.strip().startswith("cpu   pushpull"))
-    assert pushpull_line.split()[2] == ("MONAI:" if MONAI_C is not None else "error:")
-    if MONAI_C is None:
-        assert "BUILD_MONAI=1" in pushpull_line
+    return next(x for x in out.splitlines() if x.strip().startswith("cpu   pushpull"))
+
+
+def test_cli_info_says_what_monai_serves(tmp_path):
+    """Without monai._C (PyPI's monai): pushpull is an error that says how to build it."""
+    line = _info_lines(_run(INFO, tmp_path, NI_COMPILED_BACKEND="MONAI"))
+    assert line.split()[2] == "error:" and "BUILD_MONAI=1" in line
+
+
+def test_cli_info_with_monai_built(tmp_path, monai_own_c):
+    line = _info_lines(_run(INFO, tmp_path, own_c=monai_own_c, NI_COMPILED_BACKEND="MONAI"))
+    assert line.split()[2] == "MONAI:" and monai_own_c in line
 
 
 def test_docstring_examples():
@@ -297,12 +454,11 @@ def _served(op, dim, order):
     return True
 
 
-@needs_monai
 @pytest.mark.parametrize("dim", [1, 2, 3])
 @pytest.mark.parametrize("bound", range(7), ids=BOUND_NAMES)
-def test_agrees_with_our_c_kernels(dim, bound):
+def test_agrees_with_our_c_kernels(dim, bound, monai_c):
     assert backends.ensure("pushpull", "cpu") == "C"
-    theirs = monai_backend._kernels(MONAI_C)
+    theirs = monai_backend._kernels(monai_c)
     x, grid = _case(dim)
     shape = list(x.shape[2:])
     g = torch.Generator().manual_seed(7)
@@ -341,33 +497,31 @@ def test_agrees_with_our_c_kernels(dim, bound):
     assert refused == 2 * ((0 if dim > 1 else 6) + 2 * 6)
 
 
-@needs_monai
-def test_monai_still_gets_refused_options_wrong():
+def test_monai_still_gets_refused_options_wrong(monai_c):
     # What the refusals rest on, with MONAI's routines called as MONAI calls them. If a MONAI
     # release fixes one, this fails: lift that refusal in monai_backend.check_options.
     x, grid = _case(1)
-    bound, order = monai_backend.to_monai(MONAI_C, [2], [2])
+    bound, order = monai_backend.to_monai(monai_c, [2], [2])
     # 1-D grid_grad at order 2 is not the derivative of grid_pull (ours is, to 1e-9)
     eps = 1e-6
-    fd = (MONAI_C.grid_pull(x, grid + eps, bound, order, True)
-          - MONAI_C.grid_pull(x, grid - eps, bound, order, True)) / (2 * eps)
-    assert (MONAI_C.grid_grad(x, grid, bound, order, True)[..., 0] - fd).abs().max() > 1e-2
+    fd = (monai_c.grid_pull(x, grid + eps, bound, order, True)
+          - monai_c.grid_pull(x, grid - eps, bound, order, True)) / (2 * eps)
+    assert (monai_c.grid_grad(x, grid, bound, order, True)[..., 0] - fd).abs().max() > 1e-2
     assert (_ours("grid_grad")(x, grid, [2], [2], True)[..., 0] - fd).abs().max() < 1e-8
     # 2-D, order 3: the image gradient of grid_grad is not its adjoint (ours is)
     x, grid = _case(2)
     w = torch.randn([2, 2, *grid.shape[1:]], dtype=torch.float64)
-    bound, order = monai_backend.to_monai(MONAI_C, [3, 3], [2, 2])
-    gx, = MONAI_C.grid_grad_backward(w, x.detach().requires_grad_(), grid, bound, order, True)
-    lhs = (MONAI_C.grid_grad(x, grid, bound, order, True) * w).sum()
+    bound, order = monai_backend.to_monai(monai_c, [3, 3], [2, 2])
+    gx, = monai_c.grid_grad_backward(w, x.detach().requires_grad_(), grid, bound, order, True)
+    lhs = (monai_c.grid_grad(x, grid, bound, order, True) * w).sum()
     assert not torch.isclose(lhs, (x * gx).sum(), rtol=1e-6)
     ours = _ours("grid_pushgrad")(w, grid, [6, 5], [3, 3], [2, 2], True)
     assert torch.isclose(lhs, (x * ours).sum(), rtol=1e-10)
 
 
-@needs_monai
 @pytest.mark.parametrize("dim", [2, 3])
-def test_agrees_per_dim_options_and_float32(dim):
-    theirs = monai_backend._kernels(MONAI_C)
+def test_agrees_per_dim_options_and_float32(dim, monai_c):
+    theirs = monai_backend._kernels(monai_c)
     x, grid = _case(dim, channels=3, seed=1)
     shape = list(x.shape[2:])
     w_pull = torch.randn([2, 3, *grid.shape[1:-1]], dtype=torch.float64)
@@ -383,9 +537,8 @@ def test_agrees_per_dim_options_and_float32(dim):
                     torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
-@needs_monai
-def test_refused_options_raise_through_the_kernels():
-    theirs = monai_backend._kernels(MONAI_C)
+def test_refused_options_raise_through_the_kernels(monai_c):
+    theirs = monai_backend._kernels(monai_c)
     x, grid = _case(3)
     with pytest.raises(backends.BackendError, match="interpolation"):
         theirs["grid_pull"](x, grid, [1, 3, 1], [0] * 3, True)
@@ -422,14 +575,21 @@ out["prefilter"] = nj.grid_pull(x.detach(), grid.detach(), interpolation=3, boun
 y = nj.grid_pull(x[:1], grid, interpolation=2, bound="dst1")
 gx, gg = torch.autograd.grad(y.square().sum(), [x, grid])
 out["broadcast"], out["broadcast gradients"] = y.tolist(), [gx.tolist(), gg.tolist()]
+# the affine ops (the twin's chunked wrappers over MONAI's grid ops), with their gradients
+A = torch.tensor([[[0.9, 0.1, 0.0, 0.3], [0.0, 1.1, 0.2, -0.4], [0.1, 0.0, 0.8, 0.5]]],
+                 dtype=torch.float64, requires_grad=True)
+y = nj.affine_pull(x, A, [5, 4, 3], interpolation=3, bound="dct2", extrapolate=True)
+gx, gA = torch.autograd.grad(y.square().sum(), [x, A])
+out["affine_pull"], out["affine_pull gradients"] = y.tolist(), [gx.tolist(), gA.tolist()]
+out["affine_push"] = nj.affine_push(y.detach(), A.detach(), [6, 5, 4], interpolation=1,
+                                    bound="dft").tolist()
 out["backend"] = nj.compiled_backend
 print("RESULT", json.dumps(out))
 """
 
 
-@needs_monai
-def test_public_api_with_backend_monai(tmp_path):
-    proc = _run(API, tmp_path, NI_COMPILED_BACKEND="MONAI",
+def test_public_api_with_backend_monai(tmp_path, monai_own_c):
+    proc = _run(API, tmp_path, own_c=monai_own_c, NI_COMPILED_BACKEND="MONAI",
                 NI_JIT_CACHE_DIR=os.environ["NI_JIT_CACHE_DIR"])  # the suite's splinc build
     assert proc.returncode == 0, proc.stderr
     got = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1][7:])
@@ -479,10 +639,9 @@ print("OK")
 """
 
 
-@needs_monai
 @pytest.mark.slow
-def test_opcheck_and_torch_compile_with_backend_monai(tmp_path):
-    proc = _run(OPCHECK, tmp_path, NI_COMPILED_BACKEND="MONAI")
+def test_opcheck_and_torch_compile_with_backend_monai(tmp_path, monai_own_c):
+    proc = _run(OPCHECK, tmp_path, own_c=monai_own_c, NI_COMPILED_BACKEND="MONAI")
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stderr
 
 

@@ -2,14 +2,12 @@
 plugin, an offline stand-in for its test-data download), and an A/B run of the transform files
 that reach ``Resample`` under USE_COMPILED against MONAI's own compiled ``_C``.
 
-MONAI's filtering / LLTM / CRF tests are left out: only its resampling is served.
+MONAI's filtering / LLTM / CRF tests are left out: only its resampling is served. MONAI's own
+_C is built once per run by the ``monai_own_c`` fixture (tests/conftest.py).
 """
-import os
-import subprocess
-
 import pytest
 
-from tests.compat.clients import REPO, client_env, counts, need_shared, run_pytest
+from tests.compat.clients import client_env, counts, run_pytest
 
 CORE = ["tests/utils/test_enum_bound_interp.py", "tests/networks/layers/test_grid_pull.py",
         "tests/networks/blocks/warp/test_warp.py"]
@@ -50,22 +48,6 @@ def test_monai_without_shim_skips_compiled_tests(monai_tree):
     """The control: without the compat, MONAI's compiled tests skip (USE_COMPILED is False)."""
     outcomes, log = run_pytest([*PLUGINS, CORE[0], CORE[1]], monai_tree, _env())
     assert set(outcomes.values()) == {"skipped"}, log
-
-
-@pytest.fixture(scope="module")
-def monai_own_c(tmp_path_factory):
-    """MONAI's own compiled resampling (its _C without filtering / LLTM), built from
-    ../shared/third_party/monai-csrc and not installed."""
-    csrc = need_shared("third_party", "monai-csrc")
-    build = tmp_path_factory.mktemp("monai_build")
-    res = subprocess.run(["bash", str(REPO / "scripts" / "build_monai.sh"), str(csrc),
-                          str(build)],
-                         env=dict(os.environ, MONAI_INSTALL="0", MONAI_RESAMPLE_ONLY="1"),
-                         capture_output=True, text=True, timeout=1800)
-    if res.returncode != 0:  # a peer's build, not ours: say why and do not compare
-        pytest.skip("MONAI's own _C (the A/B reference) did not build here:\n"
-                    + res.stdout[-2000:] + res.stderr[-2000:])
-    return res.stdout.strip().splitlines()[-1]
 
 
 @pytest.mark.slow
