@@ -202,11 +202,23 @@ def cmd_bench(args):
     return run_bench(size=args.size, threads=args.threads, repeat=args.repeat, modules=modules)
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["run"]:  # the program's own arguments must reach it untouched
-        from .compat.run import main as run
-        return run(argv[1:])
+def build_parser():
+    """The command line of ``nitorch-jit``: its sub-commands and their options.
+
+    ``run`` is listed here for ``--help``; its arguments go untouched to the program it runs
+    (see :func:`main`).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+
+    Examples
+    --------
+    >>> from nitorch_jit.cli import build_parser
+    >>> args = build_parser().parse_args(["build", "--no-cuda", "pushpull"])
+    >>> args.cmd, args.modules, args.no_cuda
+    ('build', ['pushpull'], True)
+    """
     p = argparse.ArgumentParser(prog="nitorch-jit", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("run", help="run a program (nitorch register ..., a .py file, -m MODULE) "
@@ -231,7 +243,15 @@ def main(argv=None):
                        help="what to time (default pushpull: resampling; regsolve: regulariser "
                             "and FMG solver; 'all' compiles and times every module)")
     add_reslice_parser(sub)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:  # the program's own arguments must reach it untouched
+        from .compat.run import main as run
+        return run(argv[1:])
+    args = build_parser().parse_args(argv)
     try:
         return {"info": cmd_info, "build": cmd_build, "cache": cmd_cache, "bench": cmd_bench,
                 "reslice": cmd_reslice}[args.cmd](args)
