@@ -1,8 +1,9 @@
 """Load a library from the cache, building it first if needed.
 
-One build per entry at a time across processes (an OS-level file lock, released by the kernel
-if the holder dies), one load per process (a thread lock), builds in a private folder published
-by an atomic rename, and one progress line on stderr so the first call never looks hung.
+One build per entry at a time across processes where the filesystem can lock (an OS-level file
+lock, released by the kernel if the holder dies; without one, builds may run twice but stay
+correct), one load per process (a thread lock), builds in a private folder published by an
+atomic rename, and one progress line on stderr so the first call never looks hung.
 """
 import json
 import os
@@ -10,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,18 +35,26 @@ def _verbose():
     return os.environ.get("NI_JIT_VERBOSE", "0").strip().lower() not in ("", "0", "false", "no")
 
 
-def _why(name, key):
-    """Why a build is needed, in a few words, from what the cache holds."""
-    same = [e for e in cache.entries()
+def _same_module(key):
+    """Cached entries of the module and device of `key` (any environment)."""
+    return [e for e in cache.entries()
             if e.manifest["key"].get("module") == key["module"]
             and e.manifest["key"].get("device") == key["device"]]
+
+
+def _newest(entries):
+    return max(entries, key=lambda e: e.manifest.get("built_at_epoch", 0))
+
+
+def _why(name, key):
+    """Why a build is needed, in a few words, from what the cache holds."""
+    same = _same_module(key)
     for e in same:
         if e.path.name == name:
             return f"the cached library failed verification: {e.verify(key)}"
     if not same:
         return "no cached build"
-    last = max(same, key=lambda e: e.manifest.get("built_at_epoch", 0))
-    old = last.manifest["key"]
+    old = _newest(same).manifest["key"]
     if old.get("torch") != key["torch"] or old.get("torch_git") != key["torch_git"]:
         return f"torch changed ({old.get('torch')} -> {key['torch']})"
     changed = sorted(k for k in key if old.get(k) != key[k])
@@ -84,11 +92,12 @@ def explain(key):
 
 
 def _estimate(key):
-    times = [e.manifest.get("build_seconds") for e in cache.entries()
-             if e.manifest["key"].get("module") == key["module"]
-             and e.manifest["key"].get("device") == key["device"]]
-    times = [t for t in times if t]
-    return round(times[-1]) if times else DEFAULT_SECONDS.get(key["device"], 60)
+    """How long the build should take, honestly sourced: the newest cached build of this
+    module and device, else a typical figure."""
+    timed = [e for e in _same_module(key) if e.manifest.get("build_seconds")]
+    if timed:
+        return f"its last build here took {round(_newest(timed).manifest['build_seconds'])} s"
+    return f"this usually takes about {DEFAULT_SECONDS.get(key['device'], 60)} s"
 
 
 def _first_error(log_path):
@@ -103,16 +112,42 @@ def _first_error(log_path):
     return (lines[-1].strip() if lines else "(empty log)")[:500]
 
 
-def _acquire(lock_path, what):
+class _NoLock:
+    """Stands in for a lock the filesystem cannot give: publishing stays correct (one atomic
+    rename of a complete folder); only duplicate work is no longer avoided."""
+
+    def release(self):
+        pass
+
+
+def _without_lock(lock_path, what, err):
+    _say(f"note: cannot lock {lock_path} ({type(err).__name__}: {err}); the filesystem may not "
+         f"support locks (NFS without a lock daemon, Lustre without the flock mount option). "
+         f"Going on without it: other processes may build {what} at the same time; each one "
+         f"publishes a complete build and one of them is kept")
+    return _NoLock()
+
+
+# a lock the filesystem refuses: ENOLCK (no lock daemon), ENOSYS / EOPNOTSUPP (no flock),
+# filelock's NotImplementedError (Lustre), EACCES/EROFS/EPERM (a lock folder we cannot write)
+_NO_LOCK = (OSError, NotImplementedError)
+
+
+def _acquire(locks, name, what):
+    """The build lock of entry `name` under `locks`, or a stand-in when locking fails."""
     import filelock
-    lock = filelock.FileLock(str(lock_path))
+    lock_path = locks / f"{name}.lock"
     limit = float(os.environ.get("NI_JIT_LOCK_TIMEOUT", "3600"))
     start = time.monotonic()
     try:
+        locks.mkdir(mode=0o700, exist_ok=True)
+        lock = filelock.FileLock(str(lock_path))
         lock.acquire(timeout=1)
         return lock
-    except filelock.Timeout:
+    except filelock.Timeout:  # a TimeoutError, so an OSError: first
         pass
+    except _NO_LOCK as err:
+        return _without_lock(lock_path, what, err)
     _say(f"waiting for another process that is building {what} (lock {lock_path}); "
          f"it is released as soon as that process ends")
     while True:
@@ -127,11 +162,59 @@ def _acquire(lock_path, what):
             return lock
         except filelock.Timeout:
             _say(f"still waiting for the build lock ({time.monotonic() - start:.0f} s)")
+        except _NO_LOCK as err:
+            return _without_lock(lock_path, what, err)
+
+
+def _release(lock):
+    try:
+        lock.release()
+    except _NO_LOCK:  # the lock is gone with its filesystem's support: nothing to undo
+        pass
 
 
 def _load_library(path):
     import torch
     torch.ops.load_library(str(path))
+
+
+def _load_checked(path):
+    """Load a verified library; a stale NFS handle (another host replaced the file) gets one
+    more try. Raises BuildError with the cause when it does not load."""
+    for attempt in (0, 1):
+        try:
+            _load_library(path)
+            return
+        except OSError as err:
+            if attempt == 0 and "stale file handle" in str(err).lower():
+                time.sleep(0.5)
+                continue
+            raise BuildError(_load_failure(path, err)) from err
+
+
+def _load_failure(path, err):
+    """Why an intact library does not load, and what to do: rebuilding the same sources in the
+    same environment would fail the same way, so it is not rebuilt."""
+    text = str(err)
+    mount = cache.noexec_mount(path)
+    if mount is not None or "failed to map segment" in text:
+        where = f"{mount}, mounted noexec" if mount else "a filesystem that may forbid it (noexec)"
+        hint = (f"It lies on {where}: programs cannot be run from there. Set "
+                f"{cache.ENV_VAR} to a folder on another filesystem.")
+    elif "GLIBCXX_" in text or "CXXABI_" in text:
+        runtime = toolchain.compiler_cxx_runtime(toolchain.cxx_command())
+        hint = ("It needs a newer C++ runtime than the one this process loaded: point CXX at a "
+                "compiler of the loaded runtime's version"
+                + (f", or start Python with LD_PRELOAD={runtime[0]}." if runtime else "."))
+    elif "GLIBC_" in text:
+        hint = ("It was built on a system with a newer C library: give each system image its "
+                f"own cache root ({cache.ENV_VAR}).")
+    else:
+        hint = (f"If it was built elsewhere, remove {Path(path).parent} "
+                f"('nitorch-jit cache clear') and it is built again on next use.")
+    return (f"the library {path} is intact (its sha256 matches) but does not load: {text}. "
+            f"{hint} It is not rebuilt: the same sources in the same environment would fail "
+            f"the same way.")
 
 
 def _run_compiler(spec, tmp, log_path):
@@ -215,37 +298,40 @@ def load(spec):
 
 
 def _load_cached(name, key):
+    """Load the first verified entry `name`; None when there is none. A verified library that
+    does not load raises BuildError with its cause (unless another copy loads)."""
+    failure = None
     for entry in cache.find(name):
         if entry.verify(key) is None:
             try:
-                _load_library(entry.library)
-            except OSError as e:
-                _say(f"the cached library {entry.library} does not load ({e}); rebuilding")
+                _load_checked(entry.library)
+            except BuildError as err:
+                failure = failure or err
                 continue
             return entry.library
+    if failure is not None:
+        raise failure
     return None
 
 
 def _build(spec, key, name):
     root = cache.writable_root()
     toolchain.find_ninja()
-    locks = root / ".locks"
-    locks.mkdir(mode=0o700, exist_ok=True)
     what = f"module '{spec.name}' for {spec.device.upper()}"
-    lock = _acquire(locks / f"{name}.lock", what)
+    lock = _acquire(root / ".locks", name, what)
     try:
         path = _load_cached(name, key)  # someone else may have built it while we waited
         if path is not None:
             return path
         archs = f" for sm {', '.join(spec.archs)}" if spec.device == "cuda" else ""
         _say(f"compiling {what}{archs} ({_why(name, key)}) into {root / name}; "
-             f"this takes about {_estimate(key)} s, once")
+             f"{_estimate(key)}, once")
         mismatch = toolchain.runtime_mismatch(toolchain.cxx_command())
         if mismatch:
             _say(f"warning: {mismatch}; the library may fail to load or crash. Point CXX at a "
                  f"compiler of the loaded runtime's version, or start Python with "
                  f"LD_PRELOAD={toolchain.compiler_cxx_runtime(toolchain.cxx_command())[0]}")
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-{os.getpid()}-", dir=root))
+        tmp = cache.private_folder(root, name)
         log_path = tmp / "build.log"
         start = time.monotonic()
         try:
@@ -262,10 +348,12 @@ def _build(spec, key, name):
                 f"Full log: {log}\n(NI_JIT_VERBOSE=1 shows the compiler's output as it runs; "
                 f"'nitorch-jit info' checks the toolchain.)")
         cache.write_manifest(tmp, key, library, seconds)
-        final = root / name
-        cache.publish(tmp, final)
-        _load_library(final / library.name)
-        _say(f"built {what}{archs} in {seconds:.1f} s")
-        return final / library.name
+        # the published entry, a verified one published meanwhile, or our own private build
+        folder = cache.publish(tmp, root / name, key)
+        _load_checked(folder / library.name)
+        _say(f"built {what}{archs} in {seconds:.1f} s"
+             + ("" if folder == root / name else
+                f" (loaded from {folder}: the entry could not be published)"))
+        return folder / library.name
     finally:
-        lock.release()
+        _release(lock)
