@@ -8,12 +8,12 @@ import sys
 
 from . import install
 
-USAGE = """usage: python -m nitorch_jit.compat [--no-nitorch] [--no-monai] PROGRAM [ARGS ...]
-       python -m nitorch_jit.compat [--no-nitorch] [--no-monai] -m MODULE [ARGS ...]
+USAGE = """usage: python -m nitorch_jit.compat [--no-nitorch] [--no-monai] [--no-interpol] PROGRAM [ARGS ...]
+       python -m nitorch_jit.compat [--no-nitorch] [--no-monai] [--no-interpol] -m MODULE [ARGS ...]
 
 Runs PROGRAM (a console script on PATH such as `nitorch`, or a .py file) or MODULE with
-nitorch_jit serving NITorch's nitorch._C.spatial and MONAI's monai._C (set BUILD_MONAI=1 for
-MONAI to use it)."""
+nitorch_jit serving NITorch's nitorch._C.spatial, MONAI's monai._C (set BUILD_MONAI=1 for
+MONAI to use it) and torch-interpol's functions."""
 
 
 def _script(program):
@@ -38,7 +38,8 @@ def main(argv=None):
     Parameters
     ----------
     argv : list[str], optional
-        ``[--no-nitorch] [--no-monai] PROGRAM [ARGS]`` or ``... -m MODULE [ARGS]``.
+        ``[--no-nitorch] [--no-monai] [--no-interpol] PROGRAM [ARGS]`` or
+        ``... -m MODULE [ARGS]``.
 
     Returns
     -------
@@ -53,13 +54,14 @@ def main(argv=None):
     ...
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    flags = {"--no-nitorch": False, "--no-monai": False}
+    flags = {"--no-nitorch": False, "--no-monai": False, "--no-interpol": False}
     while args and args[0] in flags:
         flags[args.pop(0)] = True
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
-    install(nitorch=not flags["--no-nitorch"], monai=not flags["--no-monai"])
+    install(nitorch=not flags["--no-nitorch"], monai=not flags["--no-monai"],
+            interpol=not flags["--no-interpol"])
     if args[0] == "-m":
         if len(args) < 2:
             raise SystemExit(f"nitorch_jit.compat: -m needs a module name\n\n{USAGE}")
