@@ -135,31 +135,7 @@ def cmd_info(args):
     return 0
 
 
-def _shared_root():
-    """build --shared: the first root of NI_JIT_CACHE_DIR, made the only root of this process
-    (a hit in another root must not skip building into it)."""
-    if not os.environ.get(cache.ENV_VAR, "").strip():
-        raise jit.CacheError(f"build --shared builds into the first root of {cache.ENV_VAR}; "
-                             f"set it, e.g. {cache.ENV_VAR}=/shared/nitorch_jit nitorch-jit "
-                             f"build --shared")
-    root = cache.roots()[0]
-    os.environ[cache.ENV_VAR] = str(root)
-    cache.writable_root()  # that root, or CacheError saying why it cannot be built into
-    return root
-
-
-def _print_shared(root):
-    for problem in cache.share(root):
-        print(f"warning: {problem}", file=sys.stderr)
-    print(f"{root} and its entries are readable by everyone and writable by you only.")
-    print("Users set (the shared root is searched first and never written; the second root is "
-          "theirs, for whatever is not prebuilt):")
-    print(f'  export {cache.ENV_VAR}="{root}{os.pathsep}${{XDG_CACHE_HOME:-$HOME/.cache}}'
-          f'/nitorch_jit"')
-
-
 def cmd_build(args):
-    root = _shared_root() if args.shared else None
     devices = ["cpu"]
     if args.cuda or (not args.no_cuda and torch.version.cuda and toolchain.cuda_enabled()
                      and _try(toolchain.find_cuda_home)[0]):
