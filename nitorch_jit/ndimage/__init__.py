@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from ..ops.docfill import docfill, register
-from . import _arrays, _engine, _modes
+from . import _arrays, _engine, _modes, _routes
 from ._arrays import NdimageError, NdimageTypeError
 
 # This module checks the arguments and runs each function's pipeline; _modes holds scipy's
@@ -137,6 +137,7 @@ prefilter : bool, optional
     Whether to spline-filter the input first. Default True.""")
 
 
+@_routes.entry
 def spline_filter1d(input, order=3, axis=-1, output=np.float64, mode="mirror"):
     """Calculate a 1-D spline filter along the given axis.
 
@@ -189,6 +190,7 @@ def spline_filter1d(input, order=3, axis=-1, output=np.float64, mode="mirror"):
     return _engine.filter_axes(inp, out, order, mode, [axis])
 
 
+@_routes.entry
 def spline_filter(input, order=3, output=np.float64, mode="mirror"):
     """Multidimensional spline filter.
 
@@ -228,6 +230,7 @@ def spline_filter(input, order=3, output=np.float64, mode="mirror"):
     return _engine.filter_axes(inp, out, order, mode, list(range(inp.ndim)))
 
 
+@_routes.entry
 def map_coordinates(input, coordinates, output=None, order=3, mode="constant", cval=0.0,
                     prefilter=True):
     """Map the input array to new coordinates by interpolation.
@@ -318,6 +321,7 @@ def _output_shape_arg(output_shape, output, inp):
                                f"{output_shape!r}") from None
 
 
+@_routes.entry
 @docfill
 def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, order=3,
                      mode="constant", cval=0.0, prefilter=True):
@@ -414,6 +418,7 @@ def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, 
     return _engine.run_parts(inp, out, cval, fn)
 
 
+@_routes.entry
 @docfill
 def shift(input, shift, output=None, order=3, mode="constant", cval=0.0, prefilter=True):
     """Shift an array.
@@ -456,6 +461,7 @@ def shift(input, shift, output=None, order=3, mode="constant", cval=0.0, prefilt
                              False)
 
 
+@_routes.entry
 @docfill
 def zoom(input, zoom, output=None, order=3, mode="constant", cval=0.0, prefilter=True, *,
          grid_mode=False):
@@ -529,6 +535,7 @@ def _cosdg_sindg(angle):
         return math.cos(r), math.sin(r)
 
 
+@_routes.entry
 @docfill
 def rotate(input, angle, axes=(1, 0), reshape=True, output=None, order=3, mode="constant",
            cval=0.0, prefilter=True):
@@ -616,6 +623,7 @@ def rotate(input, angle, axes=(1, 0), reshape=True, output=None, order=3, mode="
     return _engine.run_parts(inp, out, cval, fn)
 
 
+@_routes.entry
 @docfill
 def geometric_transform(input, mapping, output_shape=None, output=None, order=3,
                         mode="constant", cval=0.0, prefilter=True, extra_arguments=(),

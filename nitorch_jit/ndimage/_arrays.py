@@ -2,7 +2,9 @@
 copies where its layout allows, scipy's `output` argument, the casts of a float result to the
 output dtype (scipy's rounding and clipping), and the errors of the package.
 """
+import contextlib
 import math
+import threading
 import warnings
 
 import numpy as np
@@ -19,6 +21,26 @@ class NdimageTypeError(TypeError, RuntimeError):
 
 # raised by the whole package and exported by it: named as nitorch_jit.ndimage's in tracebacks
 NdimageError.__module__ = NdimageTypeError.__module__ = "nitorch_jit.ndimage"
+
+
+_PLANNING = threading.local()
+
+
+@contextlib.contextmanager
+def planning():
+    """Within: the functions check their arguments and work out their result's shape and dtype,
+    but compute nothing (``Output.store`` returns a placeholder). The fake kernel of the
+    torch.compile path uses it at trace time."""
+    _PLANNING.on = True
+    try:
+        yield
+    finally:
+        _PLANNING.on = False
+
+
+def is_planning():
+    """True inside ``planning()``."""
+    return getattr(_PLANNING, "on", False)
 
 
 class Input:
@@ -165,7 +187,13 @@ class Output:
         return math.prod(self.shape) == 0
 
     def store(self, result):
-        """Round / clip / cast a float (or complex) result like scipy, into the target."""
+        """Round / clip / cast a float (or complex) result like scipy, into the target.
+        Inside ``planning()``: an array of the result's shape and dtype (no data: a broadcast
+        NumPy zero, or a tensor on the meta device)."""
+        if is_planning():
+            if self.is_torch:
+                return torch.empty(self.shape, dtype=self.torch_dtype, device="meta")
+            return np.broadcast_to(np.zeros((), self.np_dtype), self.shape)
         if self.is_torch:
             out = cast_torch(result, self.torch_dtype, self.kind)
             if self.target is not None:
@@ -219,6 +247,8 @@ def cast_torch(res, dtype, kind):
 
 def unaliased(res, inp):
     """A result that may share memory with the input (identity cases) is copied."""
+    if is_planning():
+        return res
     if res.untyped_storage().data_ptr() == inp.tensor.untyped_storage().data_ptr():
         return res.clone()
     return res

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from ._arrays import NdimageError, unaliased
+from ._arrays import NdimageError, is_planning, unaliased
 from ._modes import coefficients, map_coordinate, mode_code
 
 MAX_DIM = 3
@@ -241,6 +241,8 @@ def _zoom_shift(x, out_shape, zooms, shifts, order, mode, cval, prefilter, grid_
 
 def run_parts(inp, out, cval, fn):
     """Compute fn(real tensor [1, *S], real cval) -> [1, *out] per real part, and store."""
+    if is_planning():
+        return out.store(None)
     if out.empty():
         return out.store(torch.zeros(out.shape, dtype=torch.float64))
     dtype = inp.compute_dtype(out.torch_dtype)
@@ -251,6 +253,8 @@ def run_parts(inp, out, cval, fn):
 
 def filter_axes(inp, out, order, mode, axes):
     """spline_filter / spline_filter1d: the spline filter of `mode` along `axes`, stored."""
+    if is_planning():
+        return out.store(None)
     if out.empty():
         return out.store(torch.zeros(out.shape, dtype=torch.float64))
     dtype = inp.compute_dtype(out.torch_dtype)
