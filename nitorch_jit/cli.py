@@ -97,8 +97,9 @@ def cmd_info(args):
     print(f"  {'archs':10s}{', '.join(archs) if archs else err}  [TORCH_CUDA_ARCH_LIST: {src}]")
     print("cache")
     for r in cache.roots():
-        writable = r.exists() and os.access(r, os.W_OK)
-        print(f"  root      {r} ({'writable' if writable else 'exists, read-only' if r.exists() else 'not created yet'})")
+        print(f"  root      {r}: {cache.root_state(r).describe()}")
+    target, err = _try(lambda: cache.writable_root(create=False))
+    print(f"  builds    {'into ' + str(target) if target else 'NOWHERE: ' + err}")
     print(f"  entries   {len(cache.entries())} ('nitorch-jit cache list' shows them)")
     print("key of this environment")
     env = keymod.environment()
@@ -135,7 +136,31 @@ def cmd_info(args):
     return 0
 
 
+def _shared_root():
+    """build --shared: the first root of NI_JIT_CACHE_DIR, made the only root of this process
+    (a hit in another root must not skip building into it)."""
+    if not os.environ.get(cache.ENV_VAR, "").strip():
+        raise jit.CacheError(f"build --shared builds into the first root of {cache.ENV_VAR}; "
+                             f"set it, e.g. {cache.ENV_VAR}=/shared/nitorch_jit nitorch-jit "
+                             f"build --shared")
+    root = cache.roots()[0]
+    os.environ[cache.ENV_VAR] = str(root)
+    cache.writable_root()  # that root, or CacheError saying why it cannot be built into
+    return root
+
+
+def _print_shared(root):
+    for problem in cache.share(root):
+        print(f"warning: {problem}", file=sys.stderr)
+    print(f"{root} and its entries are readable by everyone and writable by you only.")
+    print("Users set (the shared root is searched first and never written; the second root is "
+          "theirs, for whatever is not prebuilt):")
+    print(f'  export {cache.ENV_VAR}="{root}{os.pathsep}${{XDG_CACHE_HOME:-$HOME/.cache}}'
+          f'/nitorch_jit"')
+
+
 def cmd_build(args):
+    root = _shared_root() if args.shared else None
     devices = ["cpu"]
     if args.cuda or (not args.no_cuda and torch.version.cuda and toolchain.cuda_enabled()
                      and _try(toolchain.find_cuda_home)[0]):
@@ -158,6 +183,8 @@ def cmd_build(args):
                     backends.BackendError) as e:
                 print(f"{m} ({d}): FAILED: {e}", file=sys.stderr)
                 rc = 1
+    if root is not None:
+        _print_shared(root)
     return rc
 
 
@@ -236,6 +263,10 @@ def build_parser():
     g.add_argument("--cuda", action="store_true", help="also build CUDA libraries (error if impossible)")
     g.add_argument("--no-cuda", action="store_true", help="CPU libraries only")
     b.add_argument("--arch", help="CUDA archs, as TORCH_CUDA_ARCH_LIST (e.g. '8.0;9.0+PTX', 'Hopper')")
+    b.add_argument("--shared", action="store_true",
+                   help=f"build into the first root of {cache.ENV_VAR}, leave it readable by "
+                        f"everyone and writable by you only, and print the {cache.ENV_VAR} "
+                        f"line users set")
     c = sub.add_parser("cache", help="list, clear or locate cached builds")
     c.add_argument("action", choices=["list", "clear", "path"])
     c.add_argument("--stale", action="store_true", help="clear: only entries not matching this environment")

@@ -350,6 +350,10 @@ def _build(spec, key, name):
         cache.write_manifest(tmp, key, library, seconds)
         # the published entry, a verified one published meanwhile, or our own private build
         folder = cache.publish(tmp, root / name, key)
+        if not (folder / library.name).exists():  # another process repairing a corrupt entry
+            path = _load_cached(name, key)        # replaced ours meanwhile: load its build
+            if path is not None:
+                return path
         _load_checked(folder / library.name)
         _say(f"built {what}{archs} in {seconds:.1f} s"
              + ("" if folder == root / name else

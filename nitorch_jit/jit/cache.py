@@ -253,7 +253,8 @@ class RootState:
     readable: bool
     writable: bool
     noexec: object    # the mount point, or None
-    refused: object   # why, or None
+    refused: object   # why it is not even loaded from, or None
+    not_built_into: object = None  # why a root we could write is left alone, or None
 
     def describe(self):
         """One line: readable, writable, noexec, refused and why."""
@@ -267,6 +268,8 @@ class RootState:
             what += f", NOEXEC (on {self.noexec}: its libraries cannot be loaded)"
         if self.refused:
             what += f", REFUSED: {self.refused}"
+        elif self.not_built_into:
+            what += f", loaded from but NOT BUILT INTO: {self.not_built_into}"
         return what
 
 
@@ -286,13 +289,14 @@ def root_state(root):
     exists = root.is_dir()
     readable = exists and os.access(root, os.R_OK | os.X_OK)
     writable = _can_write(root) if not exists else os.access(root, os.W_OK | os.X_OK)
-    refused = None
+    refused = not_ours = None
     if exists:
         try:
-            refused = refusal(root, writing=writable)
+            refused = refusal(root, writing=False)
+            not_ours = refusal(root, writing=True) if writable and not refused else None
         except OSError as e:
             refused = f"cannot be examined ({e.strerror})"
-    return RootState(root, exists, readable, writable, noexec_mount(root), refused)
+    return RootState(root, exists, readable, writable, noexec_mount(root), refused, not_ours)
 
 
 def _unreadable_message(state):
@@ -353,9 +357,14 @@ def _why_not_writable(root):
     return None
 
 
-def writable_root():
+def writable_root(create=True):
     """The first root we may build into, created with mode 0700: writable by this user, not
     on a noexec mount, not refused. Raises CacheError naming every root and why not.
+
+    Parameters
+    ----------
+    create : bool
+        Create the root if it does not exist yet (False: only say which it would be).
 
     Returns
     -------
@@ -365,6 +374,8 @@ def writable_root():
     reasons = []
     for root in rs:
         why = _why_not_writable(root)
+        if why is None and not create:
+            return root
         if why is None:
             try:
                 root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -574,18 +585,23 @@ def publish(tmp, final, key):
         return done(final)
     if os.stat(final.parent).st_mode & 0o005 == 0o005:  # a root shared with everyone
         _share_tree(tmp)
-    if final.exists():  # a corrupt entry being replaced: move it aside first
+    for attempt in (0, 1):
+        try:
+            os.replace(tmp, final)
+            return final
+        except OSError as e:
+            error = e
+        if attempt or error.errno not in (errno.ENOTEMPTY, errno.EEXIST) \
+                or not final.exists() or verified(final):
+            break
+        # a corrupt entry is in the way (checked just now, not earlier: a winner's complete
+        # entry is never moved): move it aside, then rename again
         trash = final.parent / f".trash-{final.name}-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             os.replace(final, trash)
             shutil.rmtree(trash, ignore_errors=True)
         except OSError:
-            pass  # gone already, or replaced by a good one: the rename below tells
-    try:
-        os.replace(tmp, final)
-        return final
-    except OSError as e:
-        error = e
+            pass  # gone already: the rename again tells
     retried = False
     for pause in _PUBLISH_RETRIES:
         if verified(final):  # the winner's, or ours after a rename that did happen
