@@ -1,9 +1,11 @@
 """Every public name has a numpydoc docstring whose examples run.
 
-Public: everything in ``nitorch_jit.__all__`` and ``nitorch_jit.ndimage.__all__``. Functions
-need Parameters, Returns and Examples sections (scipy.ndimage's layout: a title line
+Public: everything in the ``__all__`` of ``nitorch_jit``, ``nitorch_jit.ndimage`` and
+``nitorch_jit.compat`` (the names the API reference of docs/ shows). Functions need Parameters
+(when they take any), Returns and Examples sections (scipy.ndimage's layout: a title line
 underlined with dashes), and every parameter of the signature is described; classes (the
-enums) need Examples. The examples are run with doctest.
+enums) need Examples. The examples are run with doctest, so an example in the API reference
+cannot go stale.
 """
 import doctest
 import inspect
@@ -12,15 +14,23 @@ import re
 import pytest
 
 import nitorch_jit
-from nitorch_jit import ndimage
+from nitorch_jit import compat, ndimage
 
 VALUES = {"compiled_backend"}  # a value (a string read on access), not a function
+# sections a name still lacks, by name: the owner of the module adds them and drops the entry
+# (an entry for a name that is no longer public fails test_gaps_are_public)
+GAPS = {
+    "nitorch_jit.compat.uninstall": {"Returns"},
+    "nitorch_jit.compat.CompatFinder": {"Examples"},
+    "nitorch_jit.compat.PatchFinder": {"Examples"},
+}
 
 
 def _public():
     out = [(f"nitorch_jit.{n}", getattr(nitorch_jit, n)) for n in nitorch_jit.__all__
            if n not in VALUES]
-    out += [(f"nitorch_jit.ndimage.{n}", getattr(ndimage, n)) for n in ndimage.__all__]
+    for mod in (ndimage, compat):
+        out += [(f"{mod.__name__}.{n}", getattr(mod, n)) for n in mod.__all__]
     return out
 
 
@@ -56,7 +66,11 @@ def _documented_parameters(lines):
 def test_public_names_found():
     names = {n for n, _ in PUBLIC}
     assert {"nitorch_jit.grid_pull", "nitorch_jit.BoundType",
-            "nitorch_jit.ndimage.map_coordinates"} <= names
+            "nitorch_jit.ndimage.map_coordinates", "nitorch_jit.compat.install"} <= names
+
+
+def test_gaps_are_public():
+    assert set(GAPS) <= {n for n, _ in PUBLIC}, "GAPS names a name that is not public"
 
 
 @pytest.mark.parametrize("name,obj", PUBLIC, ids=[n for n, _ in PUBLIC])
@@ -64,17 +78,21 @@ def test_numpydoc_sections(name, obj):
     doc = obj.__doc__
     assert doc and doc.strip(), f"{name} has no docstring"
     sections = _sections(doc)
-    needed = ["Examples"] if inspect.isclass(obj) else ["Parameters", "Returns", "Examples"]
-    missing = [s for s in needed if s not in sections]
+    params = [] if inspect.isclass(obj) else [p for p in inspect.signature(obj).parameters
+                                              if p not in ("args", "kwargs")]
+    needed = ["Examples"] if inspect.isclass(obj) else \
+        ["Parameters"] * bool(params) + ["Returns", "Examples"]
+    missing = [s for s in needed if s not in sections and s not in GAPS.get(name, ())]
     assert not missing, f"{name}: docstring lacks the section(s) {missing}"
-    if not inspect.isclass(obj):
-        params = [p for p in inspect.signature(obj).parameters
-                  if p not in ("args", "kwargs")]
+    if params:
         undocumented = sorted(set(params) - _documented_parameters(sections["Parameters"]))
         assert not undocumented, f"{name}: parameters not described: {undocumented}"
 
 
-@pytest.mark.parametrize("name,obj", PUBLIC, ids=[n for n, _ in PUBLIC])
+WITH_EXAMPLES = [(n, o) for n, o in PUBLIC if "Examples" not in GAPS.get(n, ())]
+
+
+@pytest.mark.parametrize("name,obj", WITH_EXAMPLES, ids=[n for n, _ in WITH_EXAMPLES])
 def test_examples_run(name, obj):
     tests = [t for t in doctest.DocTestFinder(recurse=False).find(obj, name)
              if t.examples]

@@ -16,11 +16,6 @@ import re
 import sys
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
 RATIO = re.compile(r"(\d+(?:\.\d+)?)(?:\s*[–-]\s*(\d+(?:\.\d+)?))?\s*×")
 GOAL = re.compile(r"≥\s*(\d+(?:\.\d+)?)\s*×")
@@ -89,6 +84,9 @@ def plot(rec, path):
     bars = speedups(rec)
     if not bars:
         return False
+    import matplotlib  # here: the records are read (and tested) without matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(bars) + 1.1))
     y = list(range(len(bars)))[::-1]
     lows = [b[1][0] for b in bars]
