@@ -228,7 +228,7 @@ def cmd_cache(args):
 
 
 def cmd_bench(args):
-    from .bench import run_bench
+    from .bench.cli import run_bench
     modules = ("pushpull", "splinc", "resize", "regsolve") if args.module == "all" \
         else (args.module,)
     return run_bench(size=args.size, threads=args.threads, repeat=args.repeat, modules=modules)

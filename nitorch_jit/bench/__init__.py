@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 __all__ = ["ProcessRun", "Stopwatch", "Timing", "backend_for", "copy_bandwidth", "measure",
-           "measure_process", "open_device", "optional", "ratio", "run_bench", "stopwatch"]
+           "measure_process", "open_device", "optional", "ratio", "stopwatch"]
 
 
 @dataclass
@@ -441,6 +441,3 @@ def measure_process(cmd, *, env=None, timeout=None, cwd=None, log=None):
         with open(log, "w") as f:
             f.write("$ " + " ".join(cmd) + "\n" + out + "\n--- stderr ---\n" + err)
     return ProcessRun(sw.wall_ms, cpu, rc, out, err)
-
-
-from .cli import run_bench  # noqa: E402  (`nitorch-jit bench`: nitorch_jit/cli.py imports it here)

@@ -30,7 +30,7 @@ def run_bench(size=128, threads=None, repeat=5, modules=("pushpull",)):
 
     Examples
     --------
-    >>> from nitorch_jit.bench import run_bench
+    >>> from nitorch_jit.bench.cli import run_bench
     >>> run_bench(size=8, repeat=1)  # doctest: +SKIP
     0
     """
