@@ -50,8 +50,8 @@ with --json, and the tables merged with --tables-from.
 Times are wall-clock times on whatever machine this runs on: on a shared machine they move with
 its load, so compare the two sides of one row, not rows of different runs. The ``*_cpu*``
 columns (CPU time of the process, user + system, from /usr/bin/time; in the 1-thread workers,
-the process CPU time of nitorch_jit.bench.measure or, in the kernel worker that also runs in
-NITorch's venv, ``time.process_time``) move much less with the load; ``load1`` is the 1-minute
+the process CPU time of nitorch_jit.bench.measure, which the kernel worker that also runs in
+NITorch's venv loads from its file) move much less with the load; ``load1`` is the 1-minute
 load average when the row was made. ``--parallel-sides`` runs the two register processes at once, so that both
 see the same load.
 """
@@ -71,6 +71,7 @@ from nitorch_jit.bench import measure_process, stopwatch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+HARNESS = os.path.join(REPO, "nitorch_jit", "bench", "__init__.py")  # the kernel worker's clock
 SHARED = os.environ.get("NJT_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
 COLIN = os.path.join(SHARED, "data", "colin27", "ch2bet.nii.gz")
 NITORCH_SRC = os.path.join(SHARED, "third_party", "nitorch")
@@ -558,12 +559,16 @@ def section_monai(args, work):
 # ------------------------------------------------------------------------------------------------
 # 4. NITorch's own C backend
 
-# runs in the NITorch C venv too, where nitorch_jit is not installed: its own clock (the same
-# for both sides of the comparison), CPU time of one thread
+# runs in the NITorch C venv too, where nitorch_jit is not installed: the harness's clock is
+# loaded from its file (nitorch_jit/bench/__init__.py imports only the standard library and
+# torch), the same for both sides of the comparison; CPU time of one thread
 KERNEL_WORKER = r'''
-import json, sys, time
+import importlib.util, json, sys
 import torch
 which, size, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+spec = importlib.util.spec_from_file_location("harness", sys.argv[5])
+harness = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(harness)
 torch.set_num_threads(1)
 if which == "nitorch_c":
     import nitorch._C.spatial as S
@@ -579,13 +584,9 @@ idt = torch.stack(torch.meshgrid(*[torch.arange(s, dtype=torch.float32) for s in
 grid = (idt + (torch.rand(shape + [3], generator=g) * 2 - 1) * 2)[None].contiguous()
 
 def best(fn):
-    fn()
-    t_best = float("inf")
-    for _ in range(repeat):
-        t = time.process_time()  # 1 thread: CPU time, steadier than wall on a loaded machine
-        out = fn()
-        t_best = min(t_best, time.process_time() - t)
-    return t_best * 1e3, out
+    # 1 thread: the process CPU time, steadier than wall on a loaded machine
+    t = harness.measure(fn, repeat=repeat, warmup=1, threads=1, keep_result=True)
+    return t.cpu_ms, t.result
 
 res = {"origin": origin}
 outs = {}
@@ -655,7 +656,7 @@ def section_nitorch_c(args, work):
     for which, exe in (("nitorch_c", py), ("ours", sys.executable)):
         out = os.path.join(work, f"kernels_{which}.pt")
         wall, rc, so, se, cpu = run_proc([exe, "-c", KERNEL_WORKER, which, str(args.size),
-                                     str(args.repeat), out],
+                                     str(args.repeat), out, HARNESS],
                                     env={"NI_COMPILED_BACKEND": "C", "OMP_NUM_THREADS": "1"},
                                     timeout=args.max_minutes * 60)
         m = re.search(r"^RESULT (.+)$", so, re.M)
