@@ -4,8 +4,10 @@
 then the deep-learning shapes of issue 11 (a 2-D batch, 3-D with 8 channels, 1 thread, bicubic).
 Prints one table of times and ratios with the goal of each row.
 usage: python scripts/bench_pushpull.py [--threads 2] [--repeat 5] [--size3 128] [--size2 512]
-       [--no-compile] [--only-issue11]
+       [--no-compile] [--only-issue11] [--record FILE]
 (a smoke run: --size3 16 --size2 32 --repeat 1 --no-compile)
+--record FILE also writes the table as a record of the documentation's benchmark pages
+(docs/benchmarks/data/pushpull_cpu.json is this table).
 """
 import argparse
 import warnings
@@ -15,7 +17,7 @@ import torch
 import nitorch_jit as nj
 from nitorch_jit.bench import backend_for, measure, optional, ratio, stopwatch
 from nitorch_jit.bench.data import synthetic, voxel_to_grid_sample
-from nitorch_jit.bench.report import print_table
+from nitorch_jit.bench.report import print_table, write_record
 from nitorch_jit.torch_impl import pushpull as torch_pp
 
 warnings.filterwarnings("ignore")
@@ -197,6 +199,8 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     ap.add_argument("--only-issue11", action="store_true",
                     help="only the 2-D 512^2 rows and issue 11's shapes")
+    ap.add_argument("--record", metavar="FILE",
+                    help="also write the table as a documentation record (docs/benchmarks/data)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     backend_for("pushpull", "cpu", require_compiled=True)
@@ -208,7 +212,13 @@ def main():
         bench_dim(3, args.size3, args.repeat, rows, not args.no_compile)
     bench_dim(2, args.size2, args.repeat, rows, not args.no_compile)
     bench_issue11(args.size2, args.size3, args.repeat, rows)
-    print_table(rows, ["data", "op", "nitorch_jit C", "peer", "peer ms", "ratio", "goal", "note"])
+    headers = ["data", "op", "nitorch_jit C", "peer", "peer ms", "ratio", "goal", "note"]
+    print_table(rows, headers)
+    # the record writes ratios and goals as the pages read them: '11.3×', '≥ 4×'
+    goal = lambda g: g.replace(">=", "≥").replace("<=", "≤") + "×" if g else g  # noqa: E731
+    write_record(args.record, "Resampling, CPU", headers,
+                 [(*r[:5], f"{r[5]}×", goal(r[6]), r[7]) for r in rows],
+                 plot={"workload": [0, 1], "peer": 3, "ratio": 5, "goal": 6})
 
 
 if __name__ == "__main__":

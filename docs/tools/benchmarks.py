@@ -5,7 +5,8 @@
 Each file of docs/benchmarks/data/ is one measured table: what ran it (``command``), when
 (``date``, ``measured``), where (``machine``), its ``headers`` and ``rows`` as measured (ranges
 kept), and optionally ``plot``: which columns name the workload, the peer and the ratio
-(peer time / our time; > 1: nitorch_jit is faster), and the goal. For each record this writes
+(peer time / our time; > 1: nitorch_jit is faster), and the goal (a row whose goal reads
+'≤ …' is a ratio where lower is better, and is not plotted). For each record this writes
 OUTDIR/<name>.md (the dated table, and the plot when there is one) and OUTDIR/<name>.png; the
 benchmark pages include the .md files. The plot takes the ratios from the table's own cells
 (``9.5–11.3×`` is a range, drawn as a bar to its low end and a line to its high end), so a
@@ -16,16 +17,19 @@ import re
 import sys
 from pathlib import Path
 
+from nitorch_jit.bench.report import RECORD_FIELDS  # what `--record` of the scripts writes
+
 DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
 RATIO = re.compile(r"(\d+(?:\.\d+)?)(?:\s*[–-]\s*(\d+(?:\.\d+)?))?\s*×")
-GOAL = re.compile(r"≥\s*(\d+(?:\.\d+)?)\s*×")
-FIELDS = ("title", "command", "date", "measured", "machine", "headers", "rows")
+GOAL = re.compile(r"(?:≥|>=)\s*(\d+(?:\.\d+)?)")
+LOWER_IS_BETTER = re.compile(r"^\s*(?:≤|<=)")  # a goal such as '≤ 3×': not a speed-up
 
 
 def load(path):
-    """One record, checked: every field present, every row as long as the headers."""
+    """One record (as ``nitorch_jit.bench.report.write_record`` writes it), checked: every field
+    present, every row as long as the headers."""
     rec = json.loads(Path(path).read_text(encoding="utf-8"))
-    missing = [f for f in FIELDS if f not in rec]
+    missing = [f for f in RECORD_FIELDS if f not in rec]
     if missing:
         raise ValueError(f"{path}: missing field(s) {missing}")
     for i, row in enumerate(rec["rows"]):
@@ -61,12 +65,12 @@ def speedups(rec):
         return []
     series = spec.get("series") or [[spec["ratio"], spec.get("peer_name")]]
     out = []
-    for i, row in enumerate(rec["rows"]):
-        if i in spec.get("skip", ()):
-            continue
+    for row in rec["rows"]:
         workload = " ".join(plain(row[c], 40) for c in spec["workload"])
         goal = None
         if "goal" in spec:
+            if LOWER_IS_BETTER.match(row[spec["goal"]]):
+                continue
             m = GOAL.search(row[spec["goal"]])
             goal = float(m.group(1)) if m else None
         for column, peer_name in series:

@@ -1,8 +1,16 @@
 """How the benchmarks print and save what they measured: an aligned text table, a markdown
-table (the README's), and one JSON writer (``--json``)."""
+table, one JSON writer (``--json``), and the dated record of a table that the documentation's
+benchmark pages render (``--record``, docs/benchmarks/data/)."""
 import argparse
+import datetime
 import json
+import os
+import platform
+import sys
 from pathlib import Path
+
+# the fields of a benchmark record (docs/tools/benchmarks.py reads them)
+RECORD_FIELDS = ("title", "command", "date", "measured", "machine", "headers", "rows")
 
 
 def print_table(rows, headers, file=None):
@@ -133,3 +141,74 @@ def gpu_parser(doc, size, repeat):
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run)")
     return ap
+
+
+def machine():
+    """One line naming where a benchmark ran: CPU model and count, torch and its threads.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from nitorch_jit.bench.report import machine
+    >>> "torch" in machine()
+    True
+    """
+    import torch
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{model}, {os.cpu_count()} cores, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads")
+
+
+def write_record(path, title, headers, rows, measured=None, plot=None):
+    """Write one measured table as a record of the documentation's benchmark pages: the
+    command, the date (UTC), the conditions and the machine with the table, so that the pages
+    render it as measured (copy it to docs/benchmarks/data/<name>.json).
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        None or '': nothing is written.
+    title : str
+    headers : list[str]
+    rows : list[sequence]
+        Cells as printed (``str`` of each). A ratio cell reads ``12.3×`` so the plot finds it.
+    measured : str, optional
+        The conditions (default: the UTC time and the 1-minute load average).
+    plot : dict, optional
+        Which columns the plot reads: ``workload`` (list), ``peer`` or ``peer_name``,
+        ``ratio``, ``goal``, ``skip`` (see docs/tools/benchmarks.py).
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> import json, tempfile, os
+    >>> from nitorch_jit.bench.report import write_record, RECORD_FIELDS
+    >>> path = os.path.join(tempfile.mkdtemp(), "rec.json")
+    >>> write_record(path, "pull", ["op", "ratio"], [("pull", "2.0×")])
+    >>> rec = json.load(open(path))
+    >>> all(k in rec for k in RECORD_FIELDS), rec["rows"]
+    (True, [['pull', '2.0×']])
+    """
+    if not path:
+        return
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if measured is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        measured = f"one run at {now:%H:%M} UTC, load {load:.1f}"
+    rec = {"title": title, "command": "python " + " ".join(sys.argv), "date": f"{now:%Y-%m-%d}",
+           "measured": measured, "machine": machine(), "headers": list(headers),
+           "rows": [[str(c) for c in r] for r in rows]}
+    if plot:
+        rec["plot"] = plot
+    Path(path).write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
