@@ -189,7 +189,8 @@ def restore():
 
 
 def is_served():
-    """Whether interpol is imported and its functions are ours.
+    """Whether interpol is imported and its functions were swapped for ours (by identity of
+    what was swapped: a profiler's wrapper around ours still counts).
 
     Returns
     -------
@@ -201,8 +202,7 @@ def is_served():
     >>> is_served() in (True, False)
     True
     """
-    module = sys.modules.get(PACKAGE)
-    return module is not None and getattr(module, "grid_pull", None) is api.grid_pull
+    return PACKAGE in sys.modules and bool(_ORIGINALS)
 
 
 def after_import(module):
