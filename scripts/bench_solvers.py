@@ -1,6 +1,7 @@
 """Speed of the regulariser and of the FMG solver on a displacement grid, against peers, in one run.
 
     python scripts/bench_solvers.py [--threads 2] [--size 128] [--repeat 5] [--no-compile-time]
+        [--record FILE]   (the table as a record of docs/benchmarks/data)
 
 (a smoke run: --size 16 --repeat 1 --no-compile-time)
 
@@ -38,7 +39,7 @@ from nitorch_jit.bench import backend_for, copy_bandwidth, measure, measure_proc
 from nitorch_jit.bench.data import REG_KW as KW
 from nitorch_jit.bench.data import conv_operator, conv_regulariser
 from nitorch_jit.bench.data import registration_data as data
-from nitorch_jit.bench.report import print_table
+from nitorch_jit.bench.report import print_table, write_record
 
 
 def residual(x, g, h):
@@ -117,6 +118,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-compile-time", action="store_true")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--record", metavar="FILE",
+                    help="also write the table as a documentation record (docs/benchmarks/data)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.worker:
@@ -169,7 +172,10 @@ def main():
     if not args.no_compile_time:
         rows.append(("first-use compile, regsolve CPU", compile_time(), "", "", "",
                      "fresh cache"))
-    print_table(rows, ["routine", "ours", "peer", "peer time", "ratio", "note"])
+    headers = ["routine", "ours", "peer", "peer time", "ratio", "note"]
+    print_table(rows, headers)
+    write_record(args.record, "Regularisers and solvers, CPU", headers, rows,
+                 plot={"workload": [0], "peer": 2, "ratio": 4})
     return 0
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from nitorch_jit.bench.report import RECORD_FIELDS  # what `--record` of the scripts writes
 
 DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
-RATIO = re.compile(r"(\d+(?:\.\d+)?)(?:\s*[–-]\s*(\d+(?:\.\d+)?))?\s*×")
+RATIO = re.compile(r"(\d+(?:\.\d+)?)(?:\s*[–-]\s*(\d+(?:\.\d+)?))?\s*[×x](?![\w.])")
 GOAL = re.compile(r"(?:≥|>=)\s*(\d+(?:\.\d+)?)")
 LOWER_IS_BETTER = re.compile(r"^\s*(?:≤|<=)")  # a goal such as '≤ 3×': not a speed-up
 
@@ -40,10 +40,11 @@ def load(path):
 
 
 def parse_ratio(cell):
-    """(low, high) of the first 'a×' or 'a–b×' in a cell, else None.
+    """(low, high) of the first 'a×' or 'a–b×' in a cell ('x' as the scripts print it), else
+    None.
 
-    >>> parse_ratio("9.5–11.3× (was 4×)"), parse_ratio("1.5×"), parse_ratio("0.14 of copy")
-    ((9.5, 11.3), (1.5, 1.5), None)
+    >>> parse_ratio("9.5–11.3× (was 4×)"), parse_ratio("12.6x"), parse_ratio("0.14 of copy")
+    ((9.5, 11.3), (12.6, 12.6), None)
     """
     m = RATIO.search(cell)
     if not m:
