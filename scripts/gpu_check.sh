@@ -96,6 +96,7 @@ echo "== tests"
 # the real kernels on the GPU; not the host emulation (tests/cuda/emu/test_*.py) nor the
 # compile-only check (the build above did it for real), which CI runs without a GPU
 TESTS=${GPU_CHECK_TESTS:-tests/cuda/gpu/test_pushpull.py tests/cuda/gpu/test_lines.py tests/cuda/gpu/test_regsolve.py \
+tests/cuda/gpu/test_ndimage.py \
 tests/cuda/test_build.py tests/frontends/test_reslice.py::test_cuda_matches_cpu \
 tests/jit/test_jit.py::test_arch_list_parsing tests/jit/test_jit.py::test_nvcc_wrapper_is_resolved}
 # shellcheck disable=SC2086
@@ -114,6 +115,9 @@ limit 200 "$PY" scripts/bench_cuda_resize.py --json "$WORK/bench_resize.json" 2>
 [ $? -ne 0 ] && STATUS=1
 limit 300 "$PY" scripts/bench_cuda_regsolve.py --json "$WORK/bench_regsolve.json" 2>&1 | tee "$WORK/bench_regsolve.txt"
 [ $? -ne 0 ] && STATUS=1
+# NumPy code compiled under `with torch.device("cuda")` (scripts/bench_ndimage.py --pipeline)
+limit 300 "$PY" scripts/bench_ndimage.py --pipeline --device cuda --threads "$(nproc 2>/dev/null || echo 8)" 2>&1 | tee "$WORK/bench_ndimage.txt"
+[ $? -ne 0 ] && STATUS=1
 if [ $STATUS -eq 0 ] && grep -q "^TARGET .* MISS$" "$WORK/bench.txt"; then STATUS=2; fi
 
 echo
@@ -126,5 +130,7 @@ echo "prefilter / resize (bench_cuda_resize.py):"
 grep -E "^(check:|spline|resize|restrict| )" "$WORK/bench_resize.txt" | sed 's/^/  /' || true
 echo "regulariser / FMG (bench_cuda_regsolve.py):"
 grep -E "^(copy bandwidth|check:|case |regulariser|reg_|solve_grid|fmg| )" "$WORK/bench_regsolve.txt" | sed 's/^/  /' || true
+echo "NumPy pipeline under torch.device(\"cuda\") (bench_ndimage.py --pipeline):"
+grep -E "^(first compile|\| (compiled|eager|scipy) )" "$WORK/bench_ndimage.txt" | sed 's/^/  /' || true
 echo "total: $(( $(date +%s) - T0 )) s, status $STATUS"
 exit $STATUS

@@ -155,7 +155,8 @@ def _traced(name, names, defaults, twins, args, kwargs):
 
 def _traced_geometric(bound, twins, args, kwargs):
     """geometric_transform in a graph: `mapping` called once, on the output indices as
-    arrays (as np.indices gives them), then map_coordinates."""
+    arrays (NumPy input: int64 arrays, as np.indices gives them; torch input: float64
+    tensors), then map_coordinates."""
     inp, mapping = bound["input"], bound["mapping"]
     if not callable(mapping):
         return twins["mapping"](*args, **kwargs)
@@ -167,8 +168,9 @@ def _traced_geometric(bound, twins, args, kwargs):
         coords = np.stack([np.broadcast_to(np.asarray(c, dtype=np.float64), oshape)
                            for c in coords])
     else:
-        idx = torch.meshgrid(*[torch.arange(n, device=inp.device) for n in oshape],
-                             indexing="ij")
+        # (float64: torch makes int64 * float float32, where NumPy makes it float64)
+        idx = torch.meshgrid(*[torch.arange(n, dtype=torch.float64, device=inp.device)
+                               for n in oshape], indexing="ij")
         coords = mapping(tuple(idx), *bound["extra_arguments"], **extra)
         coords = torch.stack([torch.as_tensor(c, dtype=torch.float64, device=inp.device)
                               .expand(oshape) for c in coords])
