@@ -20,7 +20,8 @@ from pathlib import Path
 from nitorch_jit.bench.report import RECORD_FIELDS  # what `--record` of the scripts writes
 
 DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
-RATIO = re.compile(r"(\d+(?:\.\d+)?)(?:\s*[–-]\s*(\d+(?:\.\d+)?))?\s*[×x](?![A-Za-z0-9_.])")  # not the x of 256x256
+# 'a×' or 'a–b×' ('x' as the scripts print it, but not the x of 256x256)
+RATIO = re.compile(r"(\d+(?:\.\d+)?)(?:\s*[–-]\s*(\d+(?:\.\d+)?))?\s*[×x](?![A-Za-z0-9_.])")
 GOAL = re.compile(r"(?:≥|>=)\s*(\d+(?:\.\d+)?)")
 LOWER_IS_BETTER = re.compile(r"^\s*(?:≤|<=)")  # a goal such as '≤ 3×': not a speed-up
 

@@ -29,7 +29,8 @@ SECTIONS = {
 VALUES = {
     "compiled_backend": "``nitorch_jit.compiled_backend`` is ``'C'``, ``'TORCH'`` or "
                         "``'MONAI'``: the backend that serves the CPU ops. Reading it builds or "
-                        "loads the core module, so it tells the truth (see :doc:`/guide/backends`).",
+                        "loads the core module, so it tells the truth "
+                        "(see :doc:`/guide/backends`).",
 }
 
 
