@@ -40,6 +40,7 @@ from nitorch_jit.compat import interpol_api as A
 from nitorch_jit.compat import interpol_lowlevel as L
 
 from tests.compat.clients import client_env, counts, run_pytest
+from tests.cuda.cases import gpu
 
 interpol = pytest.importorskip("interpol")  # a test dependency (pip install -e .[test])
 
@@ -274,7 +275,9 @@ def test_restrict_matches_interpol(orig, anchor, order):
     """reduce_sum=True everywhere, the mean for anchor c (e, f, l: named below)."""
     x = randn(1, 2, 9, 8, 11, seed=order)
     for kw in (dict(factor=[1.7, 2.0, 1.4]), dict(shape=[5, 4, 6]), dict(factor=2.2),
-               dict(factor=[2, 1.5], shape=[4, 5]), dict(factor=[2.0], bound="dct2")):
+               dict(factor=[2, 1.5], shape=[4, 5]), dict(factor=[2.0], bound="dct2"),
+               dict(factor=[1.7, 2.0, 1.4], prefilter=True),  # replicate: a symmetric filter
+               dict(factor=[1.7, 2.0, 1.4], bound="dct1", extrapolate=False)):
         close(*both("restrict", x, anchor=anchor, interpolation=order, reduce_sum=True, **kw))
         if anchor[0] == "c":
             close(*both("restrict", x, anchor=anchor, interpolation=order, **kw))
@@ -392,6 +395,39 @@ def test_coeff_module_matches_interpol(orig, order):
     out2 = interpol.coeff.spline_coeff_nd(y2, [CODE["dct2"]], [order], 2, True)
     close(out1, out2)
     close(y1, y2)
+
+
+# ----------------------------------------------------------------------------- CUDA
+def device_results(dev):
+    """Ours on `dev`, each call of the public and internal functions once (float64)."""
+    S, O = SHAPES[3]
+    x, g, v = randn(2, 2, *S), coords(O, S, batch=[2]), randn(2, 2, *O)
+    lab = torch.randint(0, 3, [2, 1, *S], generator=torch.Generator().manual_seed(0))
+    x, g, v, lab = (t.to(dev) for t in (x, g, v, lab))
+    xr, gr = x.clone().requires_grad_(), g.clone().requires_grad_()
+    out = A.grid_pull(xr, gr, 3, "dct2", True, True)
+    grads = torch.autograd.grad((out * out).sum(), [xr, gr])
+    return [out.detach(), *grads,
+            A.grid_grad(x, g, [1, 2, 3], "dft", False),
+            A.grid_push(v, g, S, 5, "dst2", True, True),
+            A.grid_count(g, S, 2, "replicate", 2),
+            A.grid_pull(lab, g, 1, "zero"),
+            A.resize(x, factor=[1.7, 2.3, 0.6], interpolation=3),
+            A.restrict(x, factor=2, anchor="e", interpolation=2),
+            A.spline_coeff_nd(x, 7, "dct1", 3),
+            L.grid_hess(x, g, [3], [3], 1),
+            L.grid_pushgrad(randn(2, 2, *O, 3).to(dev), g, S, [3], [2], 0)]
+
+
+def test_device_results_dry_run_on_cpu():
+    assert all(t.device.type == "cpu" for t in device_results("cpu"))
+
+
+@gpu
+def test_cuda_tensors_give_the_cpu_results():
+    for got, want in zip(device_results("cuda"), device_results("cpu")):
+        assert got.device.type == "cuda"
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
 
 
 # ----------------------------------------------------------------------------- named cases
@@ -555,6 +591,17 @@ BAD = [
 def test_bad_input_gets_a_clear_error(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_docstring_examples():
+    import doctest
+
+    from nitorch_jit.compat import interpol as route
+    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner()
+    tests = [t for m in (A, L, route) for t in finder.find(m) if t.examples]
+    assert len(tests) >= 25
+    failed = [t.name for t in tests if runner.run(t).failed]
+    assert not failed, failed
 
 
 # ----------------------------------------------------------------------------- the switch
