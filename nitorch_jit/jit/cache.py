@@ -99,7 +99,7 @@ def _home_root():
 
 def _existing(path):
     """`path` or its nearest ancestor that exists."""
-    while not path.exists() and path.parent != path:
+    while not os.path.exists(path) and path.parent != path:  # False, not raising, on EACCES
         path = path.parent
     return path
 
@@ -163,7 +163,7 @@ def noexec_mount(path):
 def _can_write(path):
     """`path` is a folder we may write into, or can be created (its nearest ancestor is)."""
     base = _existing(path)
-    return base.is_dir() and os.access(base, os.W_OK | os.X_OK)
+    return os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK)
 
 
 def roots():
@@ -220,7 +220,7 @@ def refusal(root, writing):
     st = os.lstat(root)
     mode = stat.filemode(st.st_mode)
     fallback = root == fallback_root()
-    if fallback and (stat.S_ISLNK(st.st_mode) or st.st_uid != _me()):
+    if fallback and (stat.S_ISLNK(st.st_mode) or _me() not in (None, st.st_uid)):
         return (f"it should be this user's own folder but it is "
                 f"{'a symbolic link' if stat.S_ISLNK(st.st_mode) else 'owned by ' + _user(st.st_uid)}"
                 f" ({mode})")
@@ -286,7 +286,7 @@ def root_state(root):
     RootState
     """
     root = Path(root)
-    exists = root.is_dir()
+    exists = os.path.isdir(root)
     readable = exists and os.access(root, os.R_OK | os.X_OK)
     writable = _can_write(root) if not exists else os.access(root, os.W_OK | os.X_OK)
     refused = not_ours = None
@@ -346,8 +346,8 @@ def _why_not_writable(root):
     mount = noexec_mount(root)
     if mount is not None:
         return f"it is on {mount}, mounted noexec, where a built library cannot be loaded"
-    if root.exists():
-        if not root.is_dir():
+    if os.path.lexists(root):
+        if not os.path.isdir(root):
             return "it is not a folder"
         if not os.access(root, os.W_OK | os.X_OK):
             return "this user cannot write to it"
@@ -373,7 +373,10 @@ def writable_root(create=True):
     rs = roots()
     reasons = []
     for root in rs:
-        why = _why_not_writable(root)
+        try:
+            why = _why_not_writable(root)
+        except OSError as e:  # a folder above it that we cannot search, say
+            why = f"it cannot be examined ({e.strerror or e})"
         if why is None and not create:
             return root
         if why is None:

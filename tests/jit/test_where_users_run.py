@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -533,6 +534,15 @@ root = cache.writable_root()
 st = root.stat()
 print("WHERE", json.dumps([str(r) for r in roots] + [str(root), st.st_uid,
                           stat.S_IMODE(st.st_mode), len(cache.roots())]))
+# below a folder this user cannot search: still only our own error, or the fallback
+os.environ["NI_JIT_CACHE_DIR"] = os.environ["UNREACHABLE"] + "/cache"
+try:
+    cache.writable_root()
+except cache.CacheError as e:
+    print("CACHEERROR", e)
+del os.environ["NI_JIT_CACHE_DIR"]
+os.environ["HOME"] = os.environ["UNREACHABLE"] + "/home"
+print("HOMELESS", json.dumps([str(r) for r in cache.roots()]))
 """
 
 
@@ -546,13 +556,20 @@ def test_a_uid_without_passwd_entry_or_home_really_runs(world_dir):
     script.write_text(WHERE)
     env = {k: v for k, v in os.environ.items()
            if k not in ("HOME", "XDG_CACHE_HOME", "NI_JIT_CACHE_DIR")}
-    env.update(TMPDIR=str(tmp), PYTHONPATH=str(REPO))
+    unreachable = world_dir / "root_only"
+    unreachable.mkdir(mode=0o700)
+    env.update(TMPDIR=str(tmp), PYTHONPATH=str(REPO), UNREACHABLE=str(unreachable))
     got = run_as(uid, uid, script, env=env)
     assert got.returncode == 0, got.stderr
-    roots, where, owner, mode, again = json.loads(got.stdout.split("WHERE ")[1])[-5:]
+    lines = dict(line.split(" ", 1) for line in got.stdout.splitlines())
+    roots, where, owner, mode, again = json.loads(lines["WHERE"])[-5:]
     assert roots == where == str(tmp / f"nitorch_jit_{uid}")
     assert owner == uid and mode == 0o700 and again == 1
     assert got.stderr.count("no home folder") == 1
+    assert str(unreachable / "cache") in lines["CACHEERROR"]
+    assert "NI_JIT_CACHE_DIR" in lines["CACHEERROR"]
+    assert json.loads(lines["HOMELESS"]) == [str(unreachable / "home" / ".cache" / "nitorch_jit"),
+                                             roots]
 
 
 def _has_passwd_entry(uid):
@@ -600,3 +617,39 @@ def test_info_shows_each_root_and_where_builds_go(monkeypatch, tmp_path, capsys)
     for root, line in zip(roots, lines):
         assert f"  root      {root}: {line}\n" in out
     assert f"  builds    into {roots[3]}\n" in out and not roots[3].exists()
+
+
+def test_a_home_that_cannot_be_written_adds_the_temporary_root(monkeypatch, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("HOME", str(blocker / "home"))  # as a read-only or missing home
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("NI_JIT_CACHE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(cache, "_SAID", set())
+    home = blocker / "home" / ".cache" / "nitorch_jit"
+    with pytest.warns(cache.CacheWarning, match=f"{home} cannot be written"):
+        roots = cache.roots()
+    fallback = tmp_path / f"nitorch_jit_{os.getuid()}"
+    assert roots == [home, fallback]  # prebuilt libraries in the home are still searched
+    assert cache.writable_root() == fallback
+
+
+def test_clear_removes_only_private_folders_whose_builder_is_gone(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = cache.private_folder(tmp_path, "x").name.split("-")[1]  # this host, as named
+    folders = {
+        "ours, running": f".tmp-{host}-{os.getpid()}-x-a",
+        "ours, builder gone": f".tmp-{host}-{dead.pid}-x-b",
+        "another host's": f".tmp-otherhost-{dead.pid}-x-c",  # its pid says nothing here
+        "another host's, a day old": f".tmp-otherhost-{dead.pid}-x-d",
+    }
+    for name in folders.values():
+        (tmp_path / name).mkdir()
+    day_old = time.time() - 25 * 3600
+    os.utime(tmp_path / folders["another host's, a day old"], (day_old, day_old))
+    removed = {p.name for p in cache.clear_leftovers(tmp_path)}
+    assert folders["ours, builder gone"] in removed
+    assert folders["another host's, a day old"] in removed
+    assert folders["ours, running"] not in removed and folders["another host's"] not in removed
