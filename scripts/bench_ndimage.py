@@ -46,6 +46,9 @@ def main():
     ap.add_argument("--pipeline", action="store_true",
                     help="time the augmentation pipeline (scipy / eager / torch.compile) only")
     ap.add_argument("--device", default="cpu", help="--pipeline: cpu or cuda")
+    ap.add_argument("--warm-cache", action="store_true",
+                    help="--pipeline: keep inductor's on-disk cache (default: a fresh one, so "
+                         "the first compile is a first compile)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.pipeline:
@@ -124,6 +127,10 @@ def augment(m, vol, params, coarse):
 
 def pipeline(args):
     """The augmentation three ways (see the module docstring)."""
+    if not args.warm_cache:
+        import os
+        import tempfile
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_ndimage_")
     import scipy
     import scipy.ndimage as sn
 
