@@ -446,6 +446,11 @@ def find(name):
         e = read_entry(root / name)
         if e is not None:
             found.append(e)
+        elif os.path.isdir(root / name) and not os.access(root / name, os.R_OK | os.X_OK):
+            _warn_once(("unreadable", str(root / name)),
+                       f"cannot read the cached build {root / name}, so this user compiles its "
+                       f"own. Whoever built it makes it readable: 'nitorch-jit build --shared' "
+                       f"with {ENV_VAR}={root}, or 'chmod -R a+rX,go-w {root}'.")
     return found
 
 

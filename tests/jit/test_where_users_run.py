@@ -502,6 +502,11 @@ def test_the_cluster_recipe_shares_with_other_users(other_user, world_dir, monke
     assert before.stdout.count("compiles on first use") == 3  # the old recipe does not share
     assert before.stderr.count(f"cannot read the cache root {shared}") == 1  # said once
     assert "chmod -R a+rX" in before.stderr and "build --shared" in before.stderr
+    shared.chmod(0o755)  # a readable root whose entries are not: said too, once
+    half = run_as(other_user.pw_uid, other_user.pw_gid, script, DATA / "tiny_op.cpp",
+                  env=user_env)
+    assert half.stdout.count("compiles on first use") == 3
+    assert half.stderr.count("cannot read the cached build") == 1, half.stderr
 
     # the new recipe: one command, which also prints the line users set
     monkeypatch.setenv("NI_JIT_CACHE_DIR", str(shared))
