@@ -50,6 +50,12 @@ give tensors back. Orders 0-5 as in scipy, plus 6 and 7. Our kernels have at mos
 dims: inputs with more dims raise a ValueError, except that ``rotate`` (any number of dims) and
 ``spline_filter`` / ``spline_filter1d`` (any number) work on every rank, and ``zoom`` /
 ``shift`` / 1-D ``affine_transform`` accept more dims when the extra ones are left unchanged.
+
+Inside ``torch.compile`` (NumPy code traced by dynamo, on the CPU or under
+``with torch.device("cuda")``) every function traces with ``fullgraph=True``: the arguments are
+checked and the result's shape and dtype found at trace time, and our kernels run inside the
+graph. Arrays of other DLPack libraries (anything with ``__dlpack__``) are accepted eagerly and
+come back as that library's arrays. README.md ("scipy.ndimage front end") has the rules.
 """
 import math
 import numbers
