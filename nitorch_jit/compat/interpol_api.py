@@ -45,6 +45,10 @@ import torch
 from ..ops.common import broadcast_batch
 from ..ops.options import bound_codes, check_tensor, order_codes
 from ..ops.pushpull import affine_grid as _affine_grid
+from ..ops.pushpull import grid_count as _nj_count
+from ..ops.pushpull import grid_grad as _nj_grad
+from ..ops.pushpull import grid_pull as _nj_pull
+from ..ops.pushpull import grid_push as _nj_push
 from ..ops.pushpull import identity_grid as _identity_grid
 from ..ops.resize import resize_codes
 from ..ops.splinc import prefilter as _prefilter
@@ -73,6 +77,9 @@ def _flatten(grid, input=None, push=False):
         raise TypeError(f"input: complex tensors are not supported, got {input.dtype}")
     if input.device != grid.device:
         raise ValueError(f"input is on {input.device} but grid is on {grid.device}")
+    if input.dim() == grid.dim() == dim + 2 and input.shape[0] == grid.shape[0] \
+            and input.dtype == grid.dtype and not push:  # [N, C, *in], [N, *out, D] already
+        return input, grid, None
     ispatial = input.shape[-dim:]
     channel = 0 if input.dim() == dim else input.shape[-dim - 1]
     ibatch = input.shape[:-dim - 1] if channel else ()
@@ -93,6 +100,8 @@ def _flatten(grid, input=None, push=False):
 
 def _restore(out, info):
     """[N, C, *spatial(, D)] -> interpol's [*batch, *channel, *spatial(, D)]."""
+    if info is None:
+        return out
     batch, channel = info
     return out.reshape(*batch, *channel, *out.shape[2:])
 
@@ -102,9 +111,18 @@ def _float_dtype(x):
 
 
 # ----------------------------------------------------------------------------- resampling
+def _direct(extrapolate):
+    """Whether our public functions take `extrapolate` as it is (not interpol's 2, "within
+    half a voxel", which the positional forms of compat._resampling serve)."""
+    return isinstance(extrapolate, bool) or (isinstance(extrapolate, (int, float))
+                                             and extrapolate in (0, 1))
+
+
 def _pull(x, g, interpolation, bound, extrapolate, prefilter):
     dim = g.shape[-1]
     b, o = low.bound_names(bound, dim), low.orders(interpolation, dim)
+    if _direct(extrapolate):
+        return _nj_pull(x, g, o, b, bool(extrapolate), prefilter)
     if prefilter:
         x = _coeff_nd(x, o, b, dim)
     return low.grid_pull(x, g, b, o, extrapolate)
@@ -182,6 +200,8 @@ def grid_push(input, grid, shape=None, interpolation='linear', bound='zero', ext
     x, g, info = _flatten(grid, input, push=True)
     dim = g.shape[-1]
     b, o = low.bound_names(bound, dim), low.orders(interpolation, dim)
+    if _direct(extrapolate):  # prefilter: the transposed filter, so push is pull's adjoint
+        return _restore(_nj_push(x, g, shape, o, b, bool(extrapolate), prefilter), info)
     out = low.grid_push(x, g, list(x.shape[2:]) if shape is None else shape, b, o, extrapolate)
     if prefilter:
         out = _prefilter(out, order_codes(o, dim), bound_codes(b, dim), adjoint=True)
@@ -211,6 +231,10 @@ def grid_count(grid, shape=None, interpolation='linear', bound='zero', extrapola
     tensor([0.5000, 1.5000])
     """
     g, info = _flatten(grid)
+    if _direct(extrapolate):
+        dim = g.shape[-1]
+        b, o = low.bound_names(bound, dim), low.orders(interpolation, dim)
+        return _restore(_nj_count(g, shape, o, b, bool(extrapolate)), info)
     return _restore(low.grid_count(g, shape, bound, interpolation, extrapolate), info)
 
 
@@ -240,6 +264,8 @@ def grid_grad(input, grid, interpolation='linear', bound='zero', extrapolate=Fal
     x, g, info = _flatten(grid, input)
     dim = g.shape[-1]
     b, o = low.bound_names(bound, dim), low.orders(interpolation, dim)
+    if _direct(extrapolate):
+        return _restore(_nj_grad(x, g, o, b, bool(extrapolate), prefilter), info)
     if prefilter:
         x = _coeff_nd(x, o, b, dim)
     return _restore(low.grid_grad(x, g, b, o, extrapolate), info)

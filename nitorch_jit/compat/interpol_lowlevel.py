@@ -40,6 +40,27 @@ def _values(value, dim):
     return values if dim is None else values[:dim]
 
 
+_PARSED = {}  # (parser, dim, argname, typed value) -> parsed list: the same few, call after call
+
+
+def _cached(parse, value, dim, argname):
+    """parse(value, dim, argname), remembered per distinct value (an invalid one raises every
+    time; an unhashable one is parsed every time)."""
+    items = list(value) if isinstance(value, (list, tuple, torch.Size)) else [value]
+    try:
+        key = (parse, dim, argname, type(value), tuple((type(v), v) for v in items))
+        return list(_PARSED[key])
+    except KeyError:
+        pass
+    except TypeError:
+        return parse(value, dim, argname)
+    out = parse(value, dim, argname)
+    if len(_PARSED) >= 1024:
+        _PARSED.clear()
+    _PARSED[key] = tuple(out)
+    return out
+
+
 def bound_names(bound, dim=None, argname="bound"):
     """interpol's `bound` (integers of its numbering, names, enum members; one or a list)
     -> canonical bound names, cut to `dim` values.
@@ -61,6 +82,10 @@ def bound_names(bound, dim=None, argname="bound"):
     >>> bound_names([3, 'wrap', 0, 1], dim=3)
     ['dct2', 'dft', 'zero']
     """
+    return _cached(_bound_names, bound, dim, argname)
+
+
+def _bound_names(bound, dim, argname):
     try:
         values = _values(bound, dim)
     except ValueError as e:
@@ -101,6 +126,10 @@ def orders(interpolation, dim=None, argname="interpolation"):
     >>> orders(['cubic', 1, 5], dim=2)
     [3, 1]
     """
+    return _cached(_orders, interpolation, dim, argname)
+
+
+def _orders(interpolation, dim, argname):
     try:
         values = _values(interpolation, dim)
     except ValueError as e:
