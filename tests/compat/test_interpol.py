@@ -630,6 +630,14 @@ def test_install_serves_interpol_imported_later_and_lazily(tmp_path):
               interpol.autograd.grid_pull, interpol.api.grid_grad)),
               interpol.bounds.BoundType.dct2.value, out.shape)
         from nitorch_jit.compat.interpol import is_served
+        # interpol's own autograd classes run on ours too (their forward and backward)
+        x = torch.rand(1, 1, 5, dtype=torch.float64, requires_grad=True)
+        g = (torch.rand(1, 3, 1, dtype=torch.float64) * 4).requires_grad_()
+        y = interpol.autograd.GridPull.apply(x, g, 3, 'dct2', 1)
+        gx, gg = torch.autograd.grad(y.sum(), [x, g])
+        import nitorch_jit as nj
+        ref = torch.autograd.grad(nj.grid_pull(x, g, 3, 'dct2', True).sum(), [x, g])
+        assert torch.allclose(gx, ref[0]) and torch.allclose(gg, ref[1])
         print(is_served())
         c.uninstall()
         print(ours(interpol.grid_pull), ours(interpol.coeff.spline_coeff), c.patched(), is_served())
