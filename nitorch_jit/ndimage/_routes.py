@@ -65,15 +65,18 @@ def entry(fn):
     names = tuple(params)
     defaults = {k: p.default for k, p in params.items() if p.default is not p.empty}
     EAGER[name] = fn
-    twins = {k: torch.compiler.disable(fn, reason=_reason(name, k)) for k in names}
+
+    def eager(*args, **kwargs):
+        if any(_is_foreign(a) for a in args) or any(_is_foreign(v) for v in kwargs.values()):
+            return _foreign(fn, names, args, kwargs)
+        return fn(*args, **kwargs)
+    twins = {k: torch.compiler.disable(eager, reason=_reason(name, k)) for k in names}
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
         if torch.compiler.is_compiling():
             return _traced(name, names, defaults, twins, args, kwargs)
-        if any(_is_foreign(a) for a in args) or any(_is_foreign(v) for v in kwargs.values()):
-            return _foreign(fn, names, args, kwargs)
-        return fn(*args, **kwargs)
+        return eager(*args, **kwargs)
     return call
 
 

@@ -227,6 +227,22 @@ def test_untraceable_arguments_named(call, argname):
     np.testing.assert_array_equal(torch.compile(call, backend="aot_eager")(x), call(x))
 
 
+def test_mapping_with_an_untraceable_call():
+    """A mapping that calls what dynamo cannot trace (scipy.special's ufuncs) breaks the
+    graph there: an error under fullgraph=True, else that call runs eagerly on the index
+    arrays and the result is the eager one."""
+    special = pytest.importorskip("scipy.special")
+    x = np.random.default_rng(6).standard_normal((6, 7))
+
+    def f(x):
+        return nn.geometric_transform(x, lambda o: (o[0] + special.cosdg(30 * o[1]), o[1]),
+                                      order=3, mode="nearest")
+    with pytest.raises(Exception):
+        torch.compile(f, fullgraph=True, backend="aot_eager")(x)
+    np.testing.assert_allclose(torch.compile(f, backend="aot_eager")(x), f(x), rtol=0,
+                               atol=1e-12)
+
+
 def test_checks_at_trace_time():
     """Bad orders and modes, and an array angle that would set the shape, fail while tracing
     with the eager function's message (no data is read)."""
