@@ -52,6 +52,14 @@ def _reason(name, key):
             f"the graph")
 
 
+def _disabled(fn, reason):
+    """torch.compiler.disable with a reason (shown in dynamo's error), where torch has it."""
+    try:
+        return torch.compiler.disable(fn, reason=reason)
+    except TypeError:  # an older torch: no reason argument
+        return torch.compiler.disable(fn)
+
+
 def _is_foreign(value):
     """An array of another DLPack library (not NumPy's, not torch's)."""
     return not isinstance(value, (np.ndarray, torch.Tensor, type)) and \
@@ -70,7 +78,7 @@ def entry(fn):
         if any(_is_foreign(a) for a in args) or any(_is_foreign(v) for v in kwargs.values()):
             return _foreign(fn, names, args, kwargs)
         return fn(*args, **kwargs)
-    twins = {k: torch.compiler.disable(eager, reason=_reason(name, k)) for k in names}
+    twins = {k: _disabled(eager, _reason(name, k)) for k in names}
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
