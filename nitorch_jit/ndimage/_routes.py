@@ -121,7 +121,7 @@ def _encode(value, arrays, numbers):
         arrays.append(torch.from_numpy(value))
         return {"array": len(arrays) - 1, "numpy": True}
     if isinstance(value, torch.Tensor):
-        arrays.append(value)
+        arrays.append(value.detach())  # (no gradient, as eager)
         return {"array": len(arrays) - 1, "numpy": False}
     if value is None or isinstance(value, (bool, str, complex)):
         return value
