@@ -197,6 +197,14 @@ def test_pipeline_inductor():
         np.testing.assert_allclose(got, augment(*args), rtol=0, atol=1e-5)
 
 
+def test_numpy_code_under_device_context_dry_run(monkeypatch):
+    """tests/cuda/gpu/test_ndimage.py's NumPy pipeline under ``with torch.device(DEV)``, run
+    here with DEV = "cpu": one graph, every tensor on the device, the eager result."""
+    from tests.cuda.gpu import test_ndimage as on_gpu
+    monkeypatch.setattr(on_gpu, "DEV", "cpu")
+    on_gpu.test_numpy_code_under_cuda_device()
+
+
 # ------------------------------------------------------------ what cannot enter a graph
 def test_output_array_fullgraph_error_else_eager():
     x = np.random.default_rng(0).standard_normal((5, 6))
