@@ -11,7 +11,7 @@ code generation: fast); the realistic pipeline also runs through inductor (slow)
 import numpy as np
 import pytest
 import torch
-from torch._dynamo.testing import CompileCounter
+from torch._dynamo.testing import CompileCounter, CompileCounterWithBackend
 
 sn = pytest.importorskip("scipy.ndimage")
 from nitorch_jit import ndimage as nn  # noqa: E402
@@ -34,7 +34,10 @@ def _no_break(fn, *args):
 
 def _same_as_eager(fn, *args, backend="aot_eager"):
     """fullgraph=True gives the eager result (dtype, shape, values); returns it."""
-    got = torch.compile(fn, fullgraph=True, backend=backend)(*args)
+    torch._dynamo.reset()  # (a compiled graph each time, not a cached one or eager past the
+    counter = CompileCounterWithBackend(backend)  # recompile limit: counted below)
+    got = torch.compile(fn, fullgraph=True, backend=counter)(*args)
+    assert counter.frame_count == 1
     ref = fn(*args)
     assert type(got) is type(ref) and got.dtype == ref.dtype and got.shape == ref.shape
     tol = _tol(ref.dtype) if ref.dtype.kind in "fc" else dict(rtol=0, atol=0)
