@@ -123,8 +123,13 @@ def _encode(value, arrays, numbers):
     if isinstance(value, torch.Tensor):
         arrays.append(value.detach())  # (no gradient, as eager)
         return {"array": len(arrays) - 1, "numpy": False}
-    if value is None or isinstance(value, (bool, str, complex)):
-        return value
+    # NumPy's scalars become plain literals (their repr is not one: np.str_('nearest'))
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return None if value is None else bool(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, complex):
+        return complex(value)
     if isinstance(value, (int, np.integer)):
         numbers.append(float(value))
         return {"int": len(numbers) - 1}
