@@ -80,7 +80,7 @@ def speedups(rec):
             if r is None:
                 continue
             peer = peer_name if peer_name else plain(row[spec["peer"]], 45)
-            out.append((f"{workload} — vs {peer}", r, goal))
+            out.append((f"{workload} — vs {peer}" if workload else f"vs {peer}", r, goal))
     return out
 
 
