@@ -16,10 +16,12 @@ Rows, on a 1 x size^3 float32 volume (smooth random), one sample at a time:
 
 Each side runs in its own process (the compat must be installed before a client imports
 interpol), timed by nitorch_jit.bench.measure: ours with a warm-up at full size (its first
-use loads or builds our kernels) and the best of --repeat samples; interpol (5-25 s a sample)
+use loads or builds our kernels) and the best of --repeat samples; interpol (5-30 s a sample)
 with a warm-up at 24^3 and one sample. Every sample seeds ``random``, NumPy and torch the same
 way, so both sides draw the same random transform. As the harness times ours before and after
-its peers, the ours process runs before and after the interpol one and the better is kept.
+its peers, the ours process runs before and after the interpol one and the better is kept; the
+first also profiles. The whole run takes about 6 minutes on a quiet 2-core machine (15 at a
+load of 7).
 
 Columns: seconds per sample of each side (wall, and the process CPU time of all its threads,
 which moves less with the load of a shared machine) and their ratios (goal >= 10x at order 3);
@@ -191,16 +193,17 @@ def worker(args):
         client = ROWS[name][0]
         x = make_input(args.size)
         sample = seeded(transform, x)
-        first = sample()  # a warm-up at full size: ours loads (or builds) its kernels here
-        torch.save(first_tensor(first).detach().clone(),
-                   os.path.join(args.workdir, f"{args.side}_{args.threads}_{len(out['rows'])}.pt"))
         slow = args.side == "interpol" and ROWS[name][1] >= 2
-        if slow:
+        if slow:  # a warm-up on a small volume, then one sample
             seeded(transform, make_input(24))()
-        t = measure(sample, warmup=0 if slow else 1, repeat=1 if slow else args.repeat)
+        # ours: a warm-up at full size, where our kernels load (or build)
+        t = measure(sample, warmup=0 if slow else 1, repeat=1 if slow else args.repeat,
+                    keep_result=True)
+        torch.save(first_tensor(t.result).detach().clone(),
+                   os.path.join(args.workdir, f"{args.side}_{args.threads}_{len(out['rows'])}.pt"))
         res = {"s": t.best_ms / 1e3, "cpu_s": t.cpu_ms / 1e3,
                "load1": round(os.getloadavg()[0], 1)}
-        if args.side == "ours":
+        if args.profile:
             prof = cProfile.Profile()
             prof.runcall(sample)
             res["in_ours"], res["top_own_time"] = profile_shares(pstats.Stats(prof), client)
@@ -214,12 +217,12 @@ def worker(args):
 # the driver
 
 
-def run_side(args, side, threads, work):
+def run_side(args, side, threads, work, profile=False):
     from nitorch_jit.bench import measure_process
-    out = os.path.join(work, f"{side}_{threads}.json")
+    out = os.path.join(work, f"{side}_{threads}{'_profiled' if profile else ''}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", side, "--threads",
            str(threads), "--size", str(args.size), "--repeat", str(args.repeat), "--only",
-           args.only, "--workdir", work, "--out", out]
+           args.only, "--workdir", work, "--out", out] + (["--profile"] if profile else [])
     env = {"OMP_NUM_THREADS": str(threads), "NI_COMPILED_BACKEND": None}
     r = measure_process(cmd, env=env, timeout=args.max_minutes * 60,
                         log=os.path.join(work, f"{side}_{threads}.log"))
@@ -248,13 +251,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=160)
     ap.add_argument("--threads", default="1,2", help="comma list of thread counts")
-    ap.add_argument("--repeat", type=int, default=3, help="samples timed on the compat side")
+    ap.add_argument("--repeat", type=int, default=2, help="samples timed on the compat side")
     ap.add_argument("--only", default="cornucopia,torchio")
     ap.add_argument("--max-minutes", type=float, default=10, help="cap on each side's process")
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--workdir", help="outputs and logs (default: a new temp dir)")
     ap.add_argument("--worker", choices=SIDES, dest="side", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.side:
         args.threads = int(args.threads)
@@ -272,18 +276,18 @@ def main(argv=None):
                "load1"]
     table = []
     for threads in (int(t) for t in args.threads.split(",")):
-        ours_a = run_side(args, "ours", threads, work)
+        ours_a = run_side(args, "ours", threads, work, profile=True)
         theirs = run_side(args, "interpol", threads, work)
         ours_b = run_side(args, "ours", threads, work)
         for index, name in enumerate(theirs["rows"]):
             a, b = ours_a["rows"][name], ours_b["rows"][name]
             ours = a if a["s"] <= b["s"] else b
             peer = theirs["rows"][name]
-            rest = "; ".join(f"{w} {t:.0%}" for w, t in ours["top_own_time"])
+            rest = "; ".join(f"{w} {t:.0%}" for w, t in a["top_own_time"])
             table.append([name, threads, f"{peer['s']:.2f} ({peer['cpu_s']:.2f})",
                           f"{ours['s']:.3f} ({ours['cpu_s']:.3f})",
                           f"{peer['s'] / ours['s']:.0f}× / {peer['cpu_s'] / ours['cpu_s']:.0f}×",
-                          f"{ours['in_ours']:.0%}", rest,
+                          f"{a['in_ours']:.0%}", rest,
                           fmt_diff(max_diff(work, threads, index)),
                           f"{peer['load1']}/{ours['load1']}"])
     print()
