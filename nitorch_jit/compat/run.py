@@ -5,6 +5,7 @@ import os
 import runpy
 import shutil
 import sys
+import sysconfig
 
 from . import install
 
@@ -16,13 +17,28 @@ nitorch_jit serving NITorch's nitorch._C.spatial, MONAI's monai._C (set BUILD_MO
 MONAI to use it) and torch-interpol's functions."""
 
 
+def _find_command(program):
+    """A console script named `program`: first in the running interpreter's scripts folder
+    (a venv's bin/ that a job script or a cron line calls without activating it), then on
+    PATH."""
+    folders = []
+    for folder in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        if folder and folder not in folders:
+            folders.append(folder)
+    for folder in folders:
+        found = shutil.which(program, path=folder)
+        if found:
+            return found
+    return shutil.which(program)
+
+
 def _script(program):
-    """The Python file to run for `program`: a path, or a console script on PATH."""
+    """The Python file to run for `program`: a path, or a console script (``_find_command``)."""
     path = program if os.path.sep in program or program.endswith(".py") else \
-        shutil.which(program)
+        _find_command(program)
     if path is None or not os.path.isfile(path):
-        raise SystemExit(f"nitorch_jit.compat: {program!r} is neither a file nor a command on "
-                         f"PATH\n\n{USAGE}")
+        raise SystemExit(f"nitorch_jit.compat: {program!r} is neither a file nor a command in "
+                         f"this Python's scripts folder or on PATH\n\n{USAGE}")
     with open(path, "rb") as f:
         head = f.read(256)
     if b"\0" in head:

@@ -133,6 +133,25 @@ def test_runner_runs_module_and_script(tmp_path):
     assert res.returncode != 0 and "neither a file nor a command" in res.stderr
 
 
+def test_runner_finds_scripts_of_an_unactivated_venv(tmp_path, monkeypatch):
+    """`/path/to/venv/bin/nitorch-jit run nitorch ...` from a job script: `nitorch` lies beside
+    the interpreter, not on PATH; the interpreter's scripts folder is searched first."""
+    from nitorch_jit.compat import run
+    scripts, elsewhere = tmp_path / "venv-bin", tmp_path / "on-path"
+    for folder in (scripts, elsewhere):
+        folder.mkdir()
+        (folder / "prog").write_text("#!/usr/bin/env python\nprint('hi')\n")
+        (folder / "prog").chmod(0o755)
+    monkeypatch.setattr(run.sysconfig, "get_path", lambda name: str(scripts))
+    monkeypatch.setenv("PATH", str(elsewhere))
+    assert run._script("prog") == str(scripts / "prog")  # the venv's own, before PATH's
+    (scripts / "prog").unlink()
+    assert run._script("prog") == str(elsewhere / "prog")
+    (elsewhere / "prog").unlink()
+    with pytest.raises(SystemExit, match="scripts folder or on PATH"):
+        run._script("prog")
+
+
 def test_our_monai_backend_refuses_the_shim(tmp_path):
     """NI_COMPILED_BACKEND=MONAI with monai._C being our shim: a clear error, no recursion."""
     fake_client(tmp_path)
