@@ -330,3 +330,26 @@ def test_dlpack_array_api_strict():
 def test_dlpack_jax():
     jnp = pytest.importorskip("jax.numpy")
     _round_trip(jnp, np.asarray)
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("map_coordinates", dict(coordinates=np.random.default_rng(0).uniform(-1, 6, (2, 5, 3)),
+                             order=3, mode="nearest", cval=0.0)),
+    ("zoom", dict(zoom=1.5, order=1, mode="grid-constant", cval=2.0)),
+    ("spline_filter", dict(order=5, mode="mirror")),
+    ("affine_transform", dict(matrix=np.array([[0.9, 0.1], [-0.1, 1.1]]), order=2,
+                              mode="reflect")),
+])
+def test_front_end_op_passes_opcheck(name, kwargs):
+    """The front end's own op (nitorch_jit_ndimage::call): schema, fake kernel and dispatch
+    agree, as for every op of ours (its arguments encoded as the traced route encodes them)."""
+    from nitorch_jit.ndimage import _routes
+    arrays, numbers, spec = [], [], {}
+    for key, value in dict(input=np.random.default_rng(1).standard_normal((6, 5)),
+                           **kwargs).items():
+        spec[key] = _routes._encode(value, arrays, numbers)
+    args = (name, arrays, numbers, repr(spec))
+    torch.library.opcheck(_routes.call_op, args)
+    eager = getattr(nn, name)(**{k: (arrays[0].numpy() if k == "input" else v)
+                                 for k, v in dict(input=None, **kwargs).items()})
+    np.testing.assert_allclose(_routes.call_op(*args).numpy(), eager, rtol=0, atol=1e-12)
