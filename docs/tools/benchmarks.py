@@ -68,7 +68,7 @@ def speedups(rec):
     series = spec.get("series") or [[spec["ratio"], spec.get("peer_name")]]
     out = []
     for row in rec["rows"]:
-        workload = " ".join(plain(row[c], 40) for c in spec["workload"])
+        workload = " ".join(plain(row[c], 55) for c in spec["workload"])
         goal = None
         if "goal" in spec:
             if LOWER_IS_BETTER.match(row[spec["goal"]]):
