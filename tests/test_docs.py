@@ -55,13 +55,14 @@ def test_parse_ratio_examples():
 
 
 ROOT = TOOLS.parent.parent
-PAGES = [ROOT / "docs" / "getting-started.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md",
+         *sorted((ROOT / "docs" / "guide").glob("*.md"))]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_page_examples_run(page):
-    """The Python blocks of the guides run, in order, as a reader would paste
+    """The Python blocks of the README and the guides run, in order, as a reader would paste
     them (each page in one namespace), so a guide's example cannot go stale either."""
     import re
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
