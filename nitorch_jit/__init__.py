@@ -3,7 +3,7 @@
 ``nitorch_jit.compiled_backend`` is 'C', 'TORCH' or 'MONAI'; reading it builds or loads the
 core module for the CPU, so it tells the truth.
 """
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402,F401
 
 from .codes import BoundType, InterpolationType  # noqa: E402
 from .ops.affine import affine_pull, affine_push  # noqa: E402

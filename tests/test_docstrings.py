@@ -19,11 +19,7 @@ from nitorch_jit import compat, ndimage
 VALUES = {"compiled_backend"}  # a value (a string read on access), not a function
 # sections a name still lacks, by name: the owner of the module adds them and drops the entry
 # (an entry for a name that is no longer public fails test_gaps_are_public)
-GAPS = {
-    "nitorch_jit.compat.uninstall": {"Returns"},
-    "nitorch_jit.compat.CompatFinder": {"Examples"},
-    "nitorch_jit.compat.PatchFinder": {"Examples"},
-}
+GAPS = {}
 
 
 def _public():

@@ -67,7 +67,21 @@ class _Loader(importlib.abc.Loader):
 
 
 class CompatFinder(importlib.abc.MetaPathFinder):
-    """Answers the served module names, and only those, when no other finder has."""
+    """Answers the served module names, and only those, when no other finder has.
+
+    ``names`` maps a client's module name to the module of ours that serves it; ``install``
+    fills it and puts the one finder at the end of ``sys.meta_path``.
+
+    Examples
+    --------
+    >>> from nitorch_jit.compat import CompatFinder
+    >>> finder = CompatFinder()
+    >>> finder.find_spec("monai._C") is None   # serves nothing until told
+    True
+    >>> finder.names["monai._C"] = "nitorch_jit.compat.monai"
+    >>> finder.find_spec("monai._C").origin
+    'nitorch_jit.compat.monai'
+    """
 
     def __init__(self):
         self.names = {}  # module name -> our module name
@@ -101,7 +115,22 @@ class _PatchingLoader(importlib.abc.Loader):
 
 class PatchFinder(importlib.abc.MetaPathFinder):
     """At the front of sys.meta_path: finds a patched client (interpol) with the other
-    finders and wraps its loader, so that our functions replace its own once it is loaded."""
+    finders and wraps its loader, so that our functions replace its own once it is loaded.
+
+    ``names`` maps a client package to the module of ours whose ``after_import(module)``
+    patches it; ``install`` fills it.
+
+    Examples
+    --------
+    >>> from nitorch_jit.compat import PatchFinder
+    >>> finder = PatchFinder()
+    >>> finder.find_spec("json") is None   # patches nothing until told
+    True
+    >>> finder.names["json"] = "nitorch_jit.compat.interpol"
+    >>> spec = finder.find_spec("json")    # found by the other finders, its loader wrapped
+    >>> spec.name, type(spec.loader).__name__
+    ('json', '_PatchingLoader')
+    """
 
     def __init__(self):
         self.names = {}  # package name -> our module with after_import()
@@ -207,6 +236,10 @@ def install(nitorch=True, monai=True, interpol=True):
 def uninstall():
     """Stop serving the clients' modules (modules already imported stay as they are, except
     torch-interpol, whose own functions are put back).
+
+    Returns
+    -------
+    None
 
     Examples
     --------

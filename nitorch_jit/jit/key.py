@@ -69,7 +69,7 @@ def hash_sources(spec):
 def environment():
     """Key fields shared by every module built in this environment (no compiler calls)."""
     import torch
-    from .. import __version__
+    from .._version import __version__
     return {
         "package": __version__,
         "torch": torch.__version__,
