@@ -22,8 +22,8 @@ import numbers
 
 import torch
 
-from ..codes import BOUND_NAMES, PEER_BOUND_CODES, bound_code, enum_member_name, order_code
-from ..ops.options import check_tensor
+from ..codes import BOUND_NAMES, PEER_BOUND_CODES, bound_code, enum_member_name
+from ..ops.options import check_tensor, order_codes
 from ..ops.splinc import spline_coeff as _coeff
 from ..ops.splinc import spline_coeff_nd as _coeff_nd
 from . import _resampling
@@ -134,15 +134,7 @@ def _orders(interpolation, dim, argname):
         values = _values(interpolation, dim)
     except ValueError as e:
         raise ValueError(f"{argname}: {e}") from None
-    out = []
-    for o in values:
-        code = order_code(o)
-        if code is None:
-            raise ValueError(f"{argname}: unknown interpolation {o!r}; expected an order 0..7, "
-                             f"a name (nearest, linear, quadratic, cubic, fourth ... seventh) "
-                             f"or an InterpolationType member")
-        out.append(code)
-    return out
+    return order_codes(values, len(values), argname)  # our one parser, on interpol's cut list
 
 
 def _dim(grid):
