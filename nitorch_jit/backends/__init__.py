@@ -151,8 +151,6 @@ def _all_failed(module, device_type, failed):
         cause = BackendError(f"{provider.NAME} could not serve it either: {other}")
         cause = cause.with_traceback(other.__traceback__)
         link.__cause__, link = cause, cause
-    if len(failed) == 1:
-        err.__cause__ = first
     return err
 
 
