@@ -50,7 +50,7 @@ from ..ops.pushpull import grid_grad as _nj_grad
 from ..ops.pushpull import grid_pull as _nj_pull
 from ..ops.pushpull import grid_push as _nj_push
 from ..ops.pushpull import identity_grid as _identity_grid
-from ..ops.resize import resize_codes
+from ..ops.resize import anchor_map, resize_codes
 from ..ops.splinc import prefilter as _prefilter
 from ..ops.splinc import spline_coeff as _coeff
 from ..ops.splinc import spline_coeff_nd as _coeff_nd
@@ -470,15 +470,10 @@ def _geometry(image, factor, shape, anchor, restrict):
         if a == "c" and restrict and min(n, m) < 2:
             raise ValueError(f"anchor: 'c' (centers) restricts from and to at least 2 "
                              f"voxels per dim, got {n} -> {m}; use 'e' (edges)")
-        if a == "c":
-            scale = (src - 1) / (dst - 1) if dst > 1 else 0.0
-            shift = 0.0
-        elif a == "e":
-            scale = src / dst
-            shift = 0.5 * (scale - 1)
-        else:
-            scale = 1 / f
-            shift = 0.0 if a == "f" else (src - 1) - (dst - 1) / f
+        if a == "c" and min(src, dst) == 1:
+            scale, shift = 0.0, 0.0  # interpol's centers of a size-1 dim: all at the first
+        else:  # (where anchor_map would take edges instead)
+            scale, shift = anchor_map(a, src, dst, f)
         maps.append((scale, shift))
         norm *= scale
     return dim, shape, maps, norm
