@@ -12,11 +12,10 @@
 // the vector paths). Each call site states the cost of one of its items in those units.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdint>
 
+#include "core/host.h"
 #include "core/tuning.h"
 
 namespace nitorch_jit {
@@ -34,23 +33,24 @@ inline int64_t min_work_per_thread() {
 // Threads worth using for n items of `cost` each: 1 (the calling thread) unless every thread
 // gets at least min_work_per_thread(); at most n; 1 inside a parallel region.
 inline int64_t threads_for(int64_t n, int64_t cost) {
-  if (n <= 1 || at::in_parallel_region()) return 1;
+  if (n <= 1 || host::in_parallel_region()) return 1;
   const double work = static_cast<double>(n) * static_cast<double>(std::max<int64_t>(cost, 1));
   const double most = work / static_cast<double>(min_work_per_thread());
-  const int64_t nt = std::min<int64_t>(at::get_num_threads(), n);
+  const int64_t nt = std::min<int64_t>(host::num_threads(), n);
   return most >= static_cast<double>(nt) ? nt : std::max<int64_t>(1, static_cast<int64_t>(most));
 }
 
-// at::parallel_for over [begin, end) with items of `cost`: split among threads_for() threads
-// (whole chunks of equal size), else run inline on the calling thread. Inline still goes
-// through at::parallel_for (grain = the range), so in_parallel_region() holds inside as it
-// does in a region, and nested calls stay serial either way.
+// host::parallel_for (at::parallel_for, or the binding's through core/host.h) over [begin, end)
+// with items of `cost`: split among threads_for() threads (whole chunks of equal size), else run
+// inline on the calling thread. Inline still goes through the parallel_for (grain = the range),
+// so in_parallel_region() holds inside as it does in a region, and nested calls stay serial
+// either way.
 template <class F>
 void parallel_for(int64_t begin, int64_t end, int64_t cost, const F& f) {
   const int64_t n = end - begin;
   if (n <= 0) return;
   const int64_t nt = threads_for(n, cost);
-  at::parallel_for(begin, end, nt <= 1 ? n : (n + nt - 1) / nt, f);
+  host::parallel_for(begin, end, nt <= 1 ? n : (n + nt - 1) / nt, f);
 }
 
 }  // namespace parallel

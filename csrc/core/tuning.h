@@ -1,11 +1,16 @@
 // Tuning knobs of the kernels (fast paths on or off, 32-bit offsets, buffer budgets). They are
-// chosen in Python (nitorch_jit/ops/tuning.py: the environment read once, overrides for tests
-// and benchmarks) and handed to each library right after it is loaded, through the one C entry
-// point that NJ_DEFINE_SET_TUNING() defines. Kernels read them here, never the environment.
+// chosen in Python (nitorch_jit/backends/tuning.py: the environment read once, overrides for
+// tests and benchmarks) and handed to each library that links torch right after it is loaded,
+// through the one C entry point that NJ_DEFINE_SET_TUNING() defines. A torch-free kernel
+// library (NJ_KERNEL_LIB) holds none: it reads its binding's through the host table
+// (core/host.h), so there is one set per process. Kernels read them here, never the
+// environment.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+
+#include "core/host.h"
 
 namespace nitorch_jit {
 namespace tuning {
@@ -28,12 +33,18 @@ enum Knob : int {
 #if defined(__GNUC__)
 __attribute__((visibility("hidden")))
 #endif
-inline std::atomic<int64_t>* values() {
-  static std::atomic<int64_t> v[kNumKnobs] = {{1}, {0}, {1}, {1}, {256}, {0}, {0}, {1 << 19}};
+inline int64_t* values() {
+  static int64_t v[kNumKnobs] = {1, 0, 1, 1, 256, 0, 0, 1 << 19};
   return v;
 }
 
-inline int64_t get(Knob k) { return values()[k].load(std::memory_order_relaxed); }
+inline int64_t get(Knob k) {
+#if defined(NJ_KERNEL_LIB)
+  return __atomic_load_n(host::knobs() + k, __ATOMIC_RELAXED);
+#else
+  return __atomic_load_n(values() + k, __ATOMIC_RELAXED);
+#endif
+}
 
 // Run after every change of the knobs, when set (host_output.h: trims its cache to the budget).
 #if defined(__GNUC__)
@@ -55,7 +66,7 @@ inline std::atomic<void (*)()>& on_change() {
   extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_set_tuning(     \
       const int64_t* v, int64_t n) {                                                    \
     for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
-      nitorch_jit::tuning::values()[k].store(v[k], std::memory_order_relaxed);          \
+      __atomic_store_n(nitorch_jit::tuning::values() + k, v[k], __ATOMIC_RELAXED);          \
     if (auto hook = nitorch_jit::tuning::on_change().load()) hook();                    \
     return nitorch_jit::tuning::kNumKnobs;                                              \
   }                                                                                     \

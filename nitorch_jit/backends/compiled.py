@@ -2,7 +2,15 @@
 
 A module is one folder of csrc/ (one CPU library, one CUDA library). ``module_spec`` says how
 to build it; the knowledge-free loader (nitorch_jit.jit) builds, caches and loads it.
+
+Issue 31 splits a module where it has a binding (``BINDINGS``): the library that torch loads is
+then a thin binding (one translation unit, the only one with torch headers), and the kernels
+live in torch-free libraries, one per op and dtype (``KERNELS``), each its own cache entry,
+built the first time a call needs it: the binding asks for it by name through the resolver
+set here (``kernel_spec`` says how to build one). A torch upgrade rebuilds the binding only.
 """
+import ctypes
+import threading
 from pathlib import Path
 
 import torch
@@ -23,6 +31,21 @@ BUILD_ERRORS = (toolchain.ToolchainError, jit.BuildError, jit.CacheError, Backen
 
 _SUFFIX = {"cpu": "*.cpp", "cuda": "*.cu"}
 
+# (module, device type) -> the binding's translation unit, for the modules split in a binding
+# and torch-free kernel libraries
+BINDINGS = {("pushpull", "cpu"): "binding.cpp"}
+# module -> device type -> op -> the translation unit that holds its kernel (NJ_KERNEL_<op>)
+KERNELS = {
+    "pushpull": {"cpu": {
+        "grid_pull": "pull.cpp", "grid_grad": "pull.cpp", "affine_pull": "pull.cpp",
+        "grid_push": "push.cpp", "grid_pushgrad": "push.cpp", "affine_push": "push.cpp",
+        "grid_pull_backward": "push.cpp", "grid_grad_dot": "dot.cpp",
+        "grid_hess_dot": "dot.cpp", "affine_grad_dot": "dot.cpp",
+    }},
+}
+# dtype names of kernel specialisations -> the C type the kernel is compiled for
+KERNEL_DTYPES = {"float32": "float", "float64": "double"}
+
 
 def sources(module, device_type):
     """The translation units of `module`'s library for `device_type`: csrc/<module>/cpu/*.cpp
@@ -35,7 +58,60 @@ def sources(module, device_type):
     True
     """
     folder = CSRC / module / device_type
-    return sorted(folder.glob(_SUFFIX[device_type])) if device_type in _SUFFIX else []
+    if device_type not in _SUFFIX:
+        return []
+    binding = BINDINGS.get((module, device_type))
+    if binding is not None:
+        return [folder / binding]
+    return sorted(folder.glob(_SUFFIX[device_type]))
+
+
+def kernel_names(module, device_type):
+    """Every kernel specialisation of `module` on `device_type`, ``'<module>.<op>.<dtype>'``
+    (empty where the module has no binding).
+
+    Examples
+    --------
+    >>> from nitorch_jit.backends import compiled
+    >>> compiled.kernel_names("pushpull", "cpu")[0]
+    'pushpull.grid_pull.float32'
+    """
+    ops = KERNELS.get(module, {}).get(device_type, {})
+    return [f"{module}.{op}.{dt}" for op in ops for dt in KERNEL_DTYPES]
+
+
+def kernel_spec(name, device_type="cpu"):
+    """Describe the torch-free library of one kernel specialisation.
+
+    Parameters
+    ----------
+    name : str
+        ``'<module>.<op>.<dtype>'``, as ``kernel_names`` lists and the binding asks.
+    device_type : {'cpu'}
+
+    Returns
+    -------
+    nitorch_jit.jit.ModuleSpec
+
+    Examples
+    --------
+    >>> from nitorch_jit.backends import compiled
+    >>> spec = compiled.kernel_spec("pushpull.grid_pull.float32")
+    >>> spec.torch_free, spec.sources[0].name
+    (True, 'pull.cpp')
+    """
+    try:
+        module, op, dtype = name.split(".")
+        source = KERNELS[module][device_type][op]
+        ctype = KERNEL_DTYPES[dtype]
+    except (ValueError, KeyError):
+        raise BackendError(f"no kernel {name!r} for {device_type}: expected one of "
+                           f"'<module>.<op>.<dtype>' in {kernel_names('pushpull', 'cpu')[:2]}"
+                           f"...") from None
+    flags = ["-O3", "-DNJ_KERNEL_LIB", f"-DNJ_KERNEL_{op}", f"-DNJ_KERNEL_T={ctype}"]
+    return jit.ModuleSpec(name, device_type, [CSRC / module / device_type / source], [CSRC],
+                          cflags=flags, torch_free=True,
+                          label=f"{op} for {dtype} ({device_type.upper()} kernel of '{module}')")
 
 
 def module_spec(module, device_type, archs=None):
@@ -86,6 +162,55 @@ def module_spec(module, device_type, archs=None):
     raise BackendError(f"no compiled kernels for device type {device_type!r}")
 
 
+_RESOLVE_LOCK = threading.Lock()
+_BINDINGS = {}   # binding path -> its ctypes handle (kept open), for load_kernel
+_RESOLVERS = {}  # binding path -> the ctypes callback it holds (kept alive)
+
+
+def load_kernel(binding, name, device_type="cpu"):
+    """Build (if needed) and load the kernel library `name`, and bind its entry in the binding
+    loaded from path `binding`. Returns the kernel library's path."""
+    spec = kernel_spec(name, device_type)
+    path = jit.load(spec)
+    entry = "nj_" + name.rsplit(".", 1)[0].replace(".", "_")  # nj_pushpull_grid_pull
+    address = ctypes.cast(getattr(jit.handle(path), entry), ctypes.c_void_p)
+    _BINDINGS[str(binding)].nitorch_jit_bind_kernel(name.encode(), address)
+    return path
+
+
+_RESOLVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,
+                                  ctypes.c_int64)
+
+
+def _attach_binding(path, device_type):
+    """Hand the binding at `path` its resolver: a call that finds no kernel for its
+    specialisation asks here, and we build or load it (core/binding.h)."""
+    with _RESOLVE_LOCK:
+        if str(path) in _BINDINGS:
+            return
+        lib = ctypes.CDLL(str(path))
+        lib.nitorch_jit_bind_kernel.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+        lib.nitorch_jit_bind_kernel.restype = ctypes.c_int64
+        lib.nitorch_jit_set_resolver.argtypes = [ctypes.c_void_p]
+        lib.nitorch_jit_set_resolver.restype = ctypes.c_int64
+
+        def resolve(name, err, err_len):
+            try:
+                with _RESOLVE_LOCK:
+                    load_kernel(path, name.decode(), device_type)
+                return 0
+            except BaseException as e:  # noqa: BLE001 -- nothing may unwind into C++
+                text = (f"{type(e).__name__}: {e}" if not isinstance(e, BUILD_ERRORS)
+                        else str(e)).encode()[: max(0, err_len - 1)]
+                ctypes.memmove(err, text + b"\0", len(text) + 1)
+                return 1
+
+        callback = _RESOLVER_TYPE(resolve)
+        _BINDINGS[str(path)] = lib
+        _RESOLVERS[str(path)] = callback
+        lib.nitorch_jit_set_resolver(ctypes.cast(callback, ctypes.c_void_p))
+
+
 def load_module(module, device_type, archs=None):
     """Build (if needed) and load the compiled library of `module`; return its path.
 
@@ -110,6 +235,8 @@ def load_module(module, device_type, archs=None):
         toolchain.check_cuda_versions(toolchain.nvcc_version(home), torch.version.cuda)
     path = jit.load(module_spec(module, device_type, archs))
     tuning.attach(path)  # the kernels' knobs, chosen in Python
+    if (module, device_type) in BINDINGS:
+        _attach_binding(path, device_type)
     return path
 
 

@@ -2,10 +2,10 @@
 
 Nothing here knows what the libraries compute; callers describe a library with a ModuleSpec.
 """
-from .build import BuildError, explain, load
+from .build import BuildError, explain, handle, load
 from .cache import CacheError
 from .key import ModuleSpec, compute_key, entry_name
 from .toolchain import ToolchainError
 
 __all__ = ["BuildError", "CacheError", "ModuleSpec", "ToolchainError", "compute_key",
-           "entry_name", "explain", "load"]
+           "entry_name", "explain", "handle", "load"]

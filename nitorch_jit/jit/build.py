@@ -5,6 +5,7 @@ lock, released by the kernel if the holder dies; without one, builds may run twi
 correct), one load per process (a thread lock), builds in a private folder published by an
 atomic rename, and one progress line on stderr so the first call never looks hung.
 """
+import ctypes
 import json
 import os
 import re
@@ -19,8 +20,10 @@ from . import cache, key as keymod, toolchain
 
 _LOCK = threading.RLock()
 _LOADED = {}  # entry name -> library path loaded in this process
+_HANDLES = {}  # path -> ctypes handle of a torch-free library (kept open)
 
 DEFAULT_SECONDS = {"cpu": 40, "cuda": 180}
+DEFAULT_TORCH_FREE_SECONDS = {"cpu": 5, "cuda": 30}
 
 
 class BuildError(RuntimeError):
@@ -55,7 +58,7 @@ def _why(name, key):
     if not same:
         return "no cached build"
     old = _newest(same).manifest["key"]
-    if old.get("torch") != key["torch"] or old.get("torch_git") != key["torch_git"]:
+    if old.get("torch") != key.get("torch") or old.get("torch_git") != key.get("torch_git"):
         return f"torch changed ({old.get('torch')} -> {key['torch']})"
     changed = sorted(k for k in key if old.get(k) != key[k])
     if changed == ["sources"]:
@@ -93,10 +96,19 @@ def explain(key):
 
 def _estimate(key):
     """How long the build should take, honestly sourced: the newest cached build of this
-    module and device, else a typical figure."""
+    module and device; for a torch-free library, else the median of this machine's torch-free
+    builds; else a typical figure."""
     timed = [e for e in _same_module(key) if e.manifest.get("build_seconds")]
     if timed:
-        return f"its last build here took {round(_newest(timed).manifest['build_seconds'])} s"
+        return f"about {max(1, round(_newest(timed).manifest['build_seconds']))} s (its last build)"
+    if key.get("kind") == "torch-free":
+        times = sorted(e.manifest["build_seconds"] for e in cache.entries()
+                       if e.manifest["key"].get("kind") == "torch-free"
+                       and e.manifest["key"].get("device") == key["device"]
+                       and e.manifest.get("build_seconds"))
+        if times:
+            return f"about {max(1, round(times[len(times) // 2]))} s (like its others here)"
+        return f"about {DEFAULT_TORCH_FREE_SECONDS.get(key['device'], 10)} s"
     return f"this usually takes about {DEFAULT_SECONDS.get(key['device'], 60)} s"
 
 
@@ -173,17 +185,25 @@ def _release(lock):
         pass
 
 
-def _load_library(path):
+def _load_library(path, torch_free=False):
+    if torch_free:  # a kernel library: its caller binds its entries (handle(path))
+        _HANDLES[str(path)] = ctypes.CDLL(str(path))
+        return
     import torch
     torch.ops.load_library(str(path))
 
 
-def _load_checked(path):
+def handle(path):
+    """The ctypes handle of the torch-free library at `path`, loaded by ``load``."""
+    return _HANDLES[str(path)]
+
+
+def _load_checked(path, torch_free=False):
     """Load a verified library; a stale NFS handle (another host replaced the file) gets one
     more try. Raises BuildError with the cause when it does not load."""
     for attempt in (0, 1):
         try:
-            _load_library(path)
+            _load_library(path, torch_free)
             return
         except OSError as err:
             if attempt == 0 and "stale file handle" in str(err).lower():
@@ -217,8 +237,17 @@ def _load_failure(path, err):
             f"the same way.")
 
 
+def _compile_command(spec, tmp):
+    """The one compiler call that builds a torch-free library (no Python, no torch)."""
+    cmd = [toolchain.cxx_command(), "-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"]
+    cmd += list(spec.cflags) + [f"-I{d}" for d in spec.include_dirs]
+    cmd += [str(s) for s in spec.sources]
+    return cmd + ["-o", str(tmp / f"{spec.library_name}.so")] + list(spec.ldflags)
+
+
 def _run_compiler(spec, tmp, log_path):
-    """Run the worker, streaming its output into the log; show elapsed time on a terminal."""
+    """Run the worker (or, for a torch-free library, the compiler), streaming its output into
+    the log; show elapsed time on a terminal."""
     env_extra = {"CXX": toolchain.cxx_command()}  # the compiler the key names
     with_cuda = spec.device == "cuda"
     if with_cuda:
@@ -234,13 +263,18 @@ def _run_compiler(spec, tmp, log_path):
     req_path = tmp / "request.json"
     req_path.write_text(json.dumps(request, indent=2))
     worker = Path(__file__).with_name("_worker.py")
+    if spec.torch_free:
+        argv = _compile_command(spec, tmp)
+    else:
+        argv = [sys.executable, str(worker), str(req_path), str(os.getpid())]
     verbose = _verbose()
     tty = sys.stderr.isatty() and not verbose
     with open(log_path, "w") as log:
         # its own session (process group): the whole compile (worker, ninja, compilers) can
         # be stopped as one, by us on an exception or by the worker when we die (_worker.py)
-        proc = subprocess.Popen([sys.executable, str(worker), str(req_path), str(os.getpid())],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        if verbose or spec.torch_free:
+            log.write(" ".join(argv) + "\n")
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", env=dict(os.environ, **env_extra),
                                 start_new_session=True)
 
@@ -290,21 +324,21 @@ def load(spec):
     with _LOCK:
         if name in _LOADED:
             return _LOADED[name]
-        path = _load_cached(name, key)
+        path = _load_cached(name, key, spec.torch_free)
         if path is None:
             path = _build(spec, key, name)
         _LOADED[name] = path
         return path
 
 
-def _load_cached(name, key):
+def _load_cached(name, key, torch_free=False):
     """Load the first verified entry `name`; None when there is none. A verified library that
     does not load raises BuildError with its cause (unless another copy loads)."""
     failure = None
     for entry in cache.find(name):
         if entry.verify(key) is None:
             try:
-                _load_checked(entry.library)
+                _load_checked(entry.library, torch_free)
             except BuildError as err:
                 failure = failure or err
                 continue
@@ -317,10 +351,10 @@ def _load_cached(name, key):
 def _build(spec, key, name):
     root = cache.writable_root()
     toolchain.find_ninja()
-    what = f"module '{spec.name}' for {spec.device.upper()}"
+    what = spec.what
     lock = _acquire(root / ".locks", name, what)
     try:
-        path = _load_cached(name, key)  # someone else may have built it while we waited
+        path = _load_cached(name, key, spec.torch_free)  # built by another while we waited
         if path is not None:
             return path
         archs = f" for sm {', '.join(spec.archs)}" if spec.device == "cuda" else ""
@@ -351,10 +385,10 @@ def _build(spec, key, name):
         # the published entry, a verified one published meanwhile, or our own private build
         folder = cache.publish(tmp, root / name, key)
         if not (folder / library.name).exists():  # another process repairing a corrupt entry
-            path = _load_cached(name, key)        # replaced ours meanwhile: load its build
+            path = _load_cached(name, key, spec.torch_free)  # replaced ours: load its build
             if path is not None:
                 return path
-        _load_checked(folder / library.name)
+        _load_checked(folder / library.name, spec.torch_free)
         _say(f"built {what}{archs} in {seconds:.1f} s"
              + ("" if folder == root / name else
                 f" (loaded from {folder}: the entry could not be published)"))

@@ -21,10 +21,19 @@ class ModuleSpec:
     cuda_cflags: list = field(default_factory=list)
     ldflags: list = field(default_factory=list)
     archs: list = field(default_factory=list)         # CUDA only, parsed arch list
+    # True: the sources include no torch header (a kernel library): compiled by the compiler
+    # alone, keyed on what it depends on (compiler, flags, sources, platform) and not on torch
+    # or Python, and loaded with ctypes; the caller binds its entries
+    torch_free: bool = False
+    label: str = ""                # what the progress line calls it (default: the module)
 
     @property
     def library_name(self):
-        return f"nitorch_jit_{self.name}_{self.device}"
+        return f"nitorch_jit_{self.name}_{self.device}".replace(".", "_")
+
+    @property
+    def what(self):
+        return self.label or f"module '{self.name}' for {self.device.upper()}"
 
 
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
@@ -66,6 +75,10 @@ def hash_sources(spec):
     return h.hexdigest()
 
 
+def environment_platform():
+    return f"{sys.platform}-{platform.machine()}"
+
+
 def environment():
     """Key fields shared by every module built in this environment (no compiler calls)."""
     import torch
@@ -76,14 +89,17 @@ def environment():
         "torch_git": torch.version.git_version,
         "torch_cuda": torch.version.cuda,
         "python": f"{sys.implementation.name}-{platform.python_version()}{getattr(sys, 'abiflags', '')}",
-        "platform": f"{sys.platform}-{platform.machine()}",
+        "platform": environment_platform(),
         "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
     }
 
 
 def compute_key(spec):
     """The full key of `spec` in this environment; raises ToolchainError if a tool is missing."""
-    key = dict(environment())
+    if spec.torch_free:
+        key = {"kind": "torch-free", "platform": environment_platform()}
+    else:
+        key = dict(environment())
     cxx_path, cxx_version = toolchain.find_cxx()
     key.update(module=spec.name, device=spec.device, cxx=f"{cxx_path} | {cxx_version}",
                sources=hash_sources(spec))
@@ -98,7 +114,10 @@ def key_hash(key):
 
 
 def entry_name(key):
-    """Readable prefix + short hash, e.g. pushpull-cpu-torch2.13.0+cpu-cp311-3f2a9c1d0e4b."""
+    """Readable prefix + short hash, e.g. pushpull-cpu-torch2.13.0+cpu-cp311-3f2a9c1d0e4b, or
+    for a torch-free library pushpull.grid_pull.float32-cpu-3f2a9c1d0e4b."""
+    if key.get("kind") == "torch-free":
+        return f"{key['module']}-{key['device']}-{key_hash(key)[:12]}"
     pytag = "cp" + "".join(key["python"].split("-")[1].split(".")[:2])
     cuda = f"-cu{key['nvcc'].split('.')[0]}{key['nvcc'].split('.')[1]}" if key["device"] == "cuda" else ""
     return f"{key['module']}-{key['device']}-torch{key['torch']}-{pytag}{cuda}-{key_hash(key)[:12]}"

@@ -1,9 +1,7 @@
 // grid_grad_dot and grid_hess_dot on CPU (docs/pushpull-spec.md): the grid gradients of pull
 // and grad, contracted with the incoming gradient over channels (and derivative directions).
-#include <torch/library.h>
-
+// The kernels, torch-free: see pull.cpp.
 #include "pushpull/cpu/loop.h"
-#include "pushpull/cpu/ops.h"
 
 namespace nitorch_jit {
 namespace pushpull {
@@ -123,100 +121,74 @@ struct AffineDotOp {
   void empty(const Point&) const {}
 };
 
-template <bool kHess>
-at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
-                    at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  const Geom G = gather_geom(input, grid, order, bound, extrapolate);
+// ---- the kernels
+
+template <typename T>
+void grid_grad_dot(const Call& c) {
+  const Geom& G = c.G;
+  GradDotOp<T> op{in_ptr<T>(c.pts), c.ps, in_ptr<T>(c.src), c.sB, c.sC, out_ptr<T>(c.out),
+                  G.C, G.P, G.D};
+  gather_run<T, 1, kGradDotFast>(G, in_ptr<T>(c.grid), op);
+}
+
+template <typename T>
+void grid_hess_dot(const Call& c) {
+  const Geom& G = c.G;
+  HessDotOp<T> op{in_ptr<T>(c.pts), c.ps, in_ptr<T>(c.src), c.sB, c.sC, out_ptr<T>(c.out),
+                  G.C, G.P, G.D};
+  gather_run<T, 2, kHessDotFast>(G, in_ptr<T>(c.grid), op);
+}
+
+// d<weight, affine_pull(input, affine)> / d affine: [B, D, D + 1] (out, strides out_stride), a
+// sum over the output voxels i of grad_dot(weight, input)(i) (x) (i, 1), without a grid.
+template <typename T>
+void affine_grad_dot(const Call& c) {
+  const Geom& G = c.G;
   const int64_t D = G.D;
-  check_tensor(weight, "weight", grid, D, kHess, kHess ? "[B, C, *O, D]" : "[B, C, *O]");
-  check_point_shape(weight, "weight", grid, D);
-  check_channels(weight, "weight", input);
-  at::Tensor out = empty_output(grid.sizes(), grid.options());  // [B, *O, D]
-  if (out.numel() == 0) return out;
-  if (G.empty_source() || G.C == 0) return out.zero_();
-  const PointStrides ws = point_strides(weight, D, kHess);
-  AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), kHess ? "grid_hess_dot" : "grid_grad_dot", [&] {
-    const scalar_t* gp = grid.const_data_ptr<scalar_t>();
-    if constexpr (kHess) {
-      HessDotOp<scalar_t> op{weight.const_data_ptr<scalar_t>(), ws,
-                             input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
-                             out.data_ptr<scalar_t>(), G.C, G.P, G.D};
-      gather_run<scalar_t, 2, kHessDotFast>(G, gp, op);
-    } else {
-      GradDotOp<scalar_t> op{weight.const_data_ptr<scalar_t>(), ws,
-                             input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
-                             out.data_ptr<scalar_t>(), G.C, G.P, G.D};
-      gather_run<scalar_t, 1, kGradDotFast>(G, gp, op);
-    }
-  });
-  return out;
+  const int64_t n0 = G.pts[0], n1 = G.pts[1], rows = G.B * n0 * n1;
+  host::Temporary<T> part(rows * D * 2);
+  std::memset(static_cast<void*>(part.get()), 0, sizeof(T) * rows * D * 2);
+  GradDotOp<T> dot{in_ptr<T>(c.pts), c.ps, in_ptr<T>(c.src), c.sB, c.sC, nullptr, G.C, G.P, G.D};
+  AffineDotOp<T> op{dot, part.get(), n0, n1};
+  rows_run<T, 1, kGradDotFast>(G, affine_coords<T>(c), op);
+  // combine the rows (in float64): column j < D - 1 weighs a row by its outer index i_j
+  const T* pp = part.get();
+  T* out = out_ptr<T>(c.out);
+  const int f = G.first();
+  for (int64_t b = 0; b < G.B; ++b) {
+    double acc[3][4] = {{0}};
+    for (int64_t i0 = 0; i0 < n0; ++i0)
+      for (int64_t i1 = 0; i1 < n1; ++i1) {
+        const T* r = pp + ((b * n0 + i0) * n1 + i1) * (2 * D);
+        const int64_t idx[3] = {i0, i1, 0};
+        for (int64_t d = 0; d < D; ++d) {
+          const double s = r[2 * d], si = r[2 * d + 1];
+          for (int64_t j = 0; j + 1 < D; ++j) acc[d][j] += s * static_cast<double>(idx[f + j]);
+          acc[d][D - 1] += si;
+          acc[d][D] += s;
+        }
+      }
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t j = 0; j <= D; ++j)
+        out[b * c.out_stride[0] + d * c.out_stride[1] + j * c.out_stride[2]] =
+            static_cast<T>(acc[d][j]);
+  }
 }
 
 }  // namespace
-
-// ---- the ops (ops.h; registered in pull.cpp)
-
-// d<weight, affine_pull(input, affine)> / d affine: [B, D, D + 1], a sum over the output
-// voxels i of grad_dot(weight, input)(i) (x) (i, 1), without a grid.
-at::Tensor affine_grad_dot_cpu(const at::Tensor& weight, const at::Tensor& input,
-                               const at::Tensor& affine, at::IntArrayRef order,
-                               at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_affine(affine);
-  check_tensor(input, "input", affine, D, false, "[B, C, *S]", "affine");
-  check_tensor(weight, "weight", affine, D, false, "[B, C, *O]", "affine");
-  check_channels(weight, "weight", input);
-  check_options(order, bound, D);
-  at::Tensor out = at::zeros({affine.size(0), D, D + 1}, affine.options());
-  const Geom G = make_points_geom(input.size(0), weight.sizes().slice(2), D, input.size(1),
-                                  input.sizes().slice(2), input.strides().slice(2), order, bound,
-                                  extrapolate);
-  if (out.numel() == 0 || G.P == 0 || G.empty_source() || G.C == 0) return out;
-  const int64_t n0 = G.pts[0], n1 = G.pts[1], rows = G.B * n0 * n1;
-  at::Tensor part = at::zeros({rows, D, 2}, affine.options());
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "affine_grad_dot", [&] {
-    GradDotOp<scalar_t> dot{weight.const_data_ptr<scalar_t>(), point_strides(weight, D, false),
-                            input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
-                            nullptr, G.C, G.P, G.D};
-    AffineDotOp<scalar_t> op{dot, part.data_ptr<scalar_t>(), n0, n1};
-    rows_run<scalar_t, 1, kGradDotFast>(G, affine_coords<scalar_t>(affine), op);
-    // combine the rows (in float64): column j < D - 1 weighs a row by its outer index i_j
-    const scalar_t* pp = part.const_data_ptr<scalar_t>();
-    scalar_t* op_ = out.data_ptr<scalar_t>();
-    const int f = G.first();
-    for (int64_t b = 0; b < G.B; ++b) {
-      double acc[3][4] = {{0}};
-      for (int64_t i0 = 0; i0 < n0; ++i0)
-        for (int64_t i1 = 0; i1 < n1; ++i1) {
-          const scalar_t* r = pp + ((b * n0 + i0) * n1 + i1) * (2 * D);
-          const int64_t idx[3] = {i0, i1, 0};
-          for (int64_t d = 0; d < D; ++d) {
-            const double s = r[2 * d], si = r[2 * d + 1];
-            for (int64_t j = 0; j + 1 < D; ++j) acc[d][j] += s * static_cast<double>(idx[f + j]);
-            acc[d][D - 1] += si;
-            acc[d][D] += s;
-          }
-        }
-      for (int64_t d = 0; d < D; ++d)
-        for (int64_t j = 0; j <= D; ++j)
-          op_[b * out.stride(0) + d * out.stride(1) + j * out.stride(2)] =
-              static_cast<scalar_t>(acc[d][j]);
-    }
-  });
-  return out;
-}
-
-at::Tensor grid_grad_dot_cpu(const at::Tensor& weight, const at::Tensor& input,
-                             const at::Tensor& grid, at::IntArrayRef order, at::IntArrayRef bound,
-                             bool extrapolate) {
-  return dot_impl<false>(weight, input, grid, order, bound, extrapolate);
-}
-
-at::Tensor grid_hess_dot_cpu(const at::Tensor& weight, const at::Tensor& input,
-                             const at::Tensor& grid, at::IntArrayRef order, at::IntArrayRef bound,
-                             bool extrapolate) {
-  return dot_impl<true>(weight, input, grid, order, bound, extrapolate);
-}
-
 }  // namespace cpu
 }  // namespace pushpull
 }  // namespace nitorch_jit
+
+#if defined(NJ_KERNEL_grid_grad_dot)
+NJ_KERNEL_ENTRY(pushpull_grid_grad_dot, nitorch_jit::pushpull::cpu::Call,
+                nitorch_jit::pushpull::cpu::grid_grad_dot<NJ_KERNEL_T>(call))
+#endif
+#if defined(NJ_KERNEL_grid_hess_dot)
+NJ_KERNEL_ENTRY(pushpull_grid_hess_dot, nitorch_jit::pushpull::cpu::Call,
+                nitorch_jit::pushpull::cpu::grid_hess_dot<NJ_KERNEL_T>(call))
+#endif
+#if defined(NJ_KERNEL_affine_grad_dot)
+NJ_KERNEL_ENTRY(pushpull_affine_grad_dot, nitorch_jit::pushpull::cpu::Call,
+                nitorch_jit::pushpull::cpu::affine_grad_dot<NJ_KERNEL_T>(call))
+#endif

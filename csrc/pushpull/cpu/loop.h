@@ -1,16 +1,10 @@
-// CPU machinery of the pushpull kernels: argument checks, geometry, the parallel loop over
-// output points, fast-path selection and the race-free scatter strategy.
+// CPU machinery of the pushpull kernels: the parallel loop over output points, fast-path
+// selection and the race-free scatter strategy. Torch-free (issue 31): a kernel library gets
+// raw pointers in a Call (call.h) and threads and temporaries from its host (core/host.h);
+// the argument checks and the outputs are the binding's (binding.cpp).
 // Included by pull.cpp (pull, grad, affine_pull), push.cpp (push, pushgrad, pull_backward,
-// affine_push) and dot.cpp (grad_dot, hess_dot, affine_grad_dot); pull.cpp registers them all
-// (ops.h).
+// affine_push) and dot.cpp (grad_dot, hess_dot, affine_grad_dot).
 #pragma once
-
-// Only the headers needed (ATen/ATen.h alone costs ~3 s more per translation unit).
-#include <ATen/Dispatch.h>
-#include <ATen/Parallel.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,23 +12,16 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/message.h"
+#include "core/host.h"
 #include "core/parallel.h"
-#include "core/host_output.h"
-#include "pushpull/checks.h"
-#include "pushpull/geometry.h"
 #include "core/tuning.h"
+#include "pushpull/cpu/call.h"
+#include "pushpull/geometry.h"
 #include "pushpull/point.h"
 
 namespace nitorch_jit {
 namespace pushpull {
 namespace cpu {
-
-// Numbers and shapes in messages go through core/message.h (never an ostream).
-using msg::dev;
-using msg::dt;
-using msg::num;
-using msg::shape_str;
 
 // ---------------------------------------------------------------------------------------------
 // Atomic float add (compare-exchange on the bit pattern; std::atomic_ref needs C++20).
@@ -67,75 +54,14 @@ struct Point {
   int64_t b, p, i[3];
 };
 
-// Strides of a per-point tensor [B, C, *O(, D)] (push input, dot weight), internal order.
-struct PointStrides {
-  int64_t sB, sC, s[3], sD;
-  NJ_INLINE int64_t at(const Point& pt) const {
-    return pt.b * sB + pt.i[0] * s[0] + pt.i[1] * s[1] + pt.i[2] * s[2];
-  }
-};
-
-inline PointStrides point_strides(const at::Tensor& t, int64_t D, bool with_d) {
-  PointStrides ps{t.stride(0), t.stride(1), {0, 0, 0}, with_d ? t.stride(-1) : 0};
-  for (int64_t d = 0; d < D; ++d) ps.s[3 - D + d] = t.stride(2 + d);
-  return ps;
+// The typed pointers of a call.
+template <typename T>
+NJ_INLINE const T* in_ptr(const void* p) {
+  return static_cast<const T*>(p);
 }
-
-// ---------------------------------------------------------------------------------------------
-// Checks: pushpull/checks.h, shared with the CUDA host code.
-
-struct CpuDev {
-  static constexpr const char* kDevice = "CPU";
-  static constexpr bool kHalf = false;
-  static bool on_device(const at::Tensor& t) { return t.is_cpu(); }
-};
-inline int64_t check_grid(const at::Tensor& grid) { return checks::check_grid<CpuDev>(grid); }
-inline int64_t check_affine(const at::Tensor& affine) {
-  return checks::check_affine<CpuDev>(affine);
-}
-inline int64_t check_affine_resample(const at::Tensor& input, const char* layout,
-                                     const at::Tensor& affine, at::IntArrayRef shape,
-                                     at::IntArrayRef order, at::IntArrayRef bound) {
-  return checks::check_affine_resample<CpuDev>(input, layout, affine, shape, order, bound);
-}
-using checks::check_channels;
-using checks::check_options;
-using checks::check_point_shape;
-using checks::check_shape;
-using checks::check_tensor;
-using checks::point_shape;
-using checks::resampled_size;
-
-// Geometry of B batches of points of spatial shape `pts`, options, and the source tensor's
-// sizes/strides (spatial dims only). No grid strides: see make_geom.
-inline Geom make_points_geom(int64_t B, at::IntArrayRef pts, int64_t D, int64_t C,
-                             at::IntArrayRef src_size, at::IntArrayRef src_stride,
-                             at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  Geom G;
-  set_points(G, B, pts, D, order, bound, extrapolate);
-  G.C = C;
-  set_source(G, src_size, src_stride);
-  return G;
-}
-
-// Geometry from the grid, options, and the source tensor's sizes/strides (spatial dims only).
-inline Geom make_geom(const at::Tensor& grid, int64_t D, int64_t C, at::IntArrayRef src_size,
-                      at::IntArrayRef src_stride, at::IntArrayRef order, at::IntArrayRef bound,
-                      bool extrapolate) {
-  Geom G = make_points_geom(grid.size(0), grid.sizes().slice(1, D), D, C, src_size, src_stride,
-                            order, bound, extrapolate);
-  set_grid_strides(G, grid.strides());
-  return G;
-}
-
-// The checks and geometry of a gather from input [B, C, *S] at the points of `grid`.
-inline Geom gather_geom(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
-                        at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_grid(grid);
-  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
-  check_options(order, bound, D);
-  return make_geom(grid, D, input.size(1), input.sizes().slice(2), input.strides().slice(2),
-                   order, bound, extrapolate);
+template <typename T>
+NJ_INLINE T* out_ptr(void* p) {
+  return static_cast<T*>(p);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,9 +117,8 @@ struct AffineCoords {
 };
 
 template <typename T>
-inline AffineCoords<T> affine_coords(const at::Tensor& affine) {
-  return {affine.const_data_ptr<T>(), affine.stride(0), affine.stride(1), affine.stride(2),
-          static_cast<int>(affine.size(1))};
+inline AffineCoords<T> affine_coords(const Call& c) {
+  return {in_ptr<T>(c.mat), c.mB, c.mR, c.mC, c.G.D};
 }
 
 // The loops take a grid pointer or a coordinate source.
@@ -496,17 +421,16 @@ void scatter_run(const Geom& G, const Src& grid, T* out, int64_t out_numel, Make
   if (batch_split_ok(G.B, nt)) {
     // Points of batch b scatter only into out[b]: threads owning whole batches never share an
     // output voxel, so no private copies (memset + reduction) and no atomics are needed.
-    at::parallel_for(0, G.B, (G.B + nt - 1) / nt,
-                     [&](int64_t bb, int64_t be) { run_plain(bb * G.P, be * G.P, out); });
+    host::parallel_for(0, G.B, (G.B + nt - 1) / nt,
+                       [&](int64_t bb, int64_t be) { run_plain(bb * G.P, be * G.P, out); });
     return;
   }
   const int64_t bytes = (nt - 1) * out_numel * static_cast<int64_t>(sizeof(T));
   if (bytes <= scatter_buffer_budget()) {
-    at::Tensor buf = empty_output({(nt - 1) * out_numel},
-                                  at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
-    T* bp = buf.data_ptr<T>();
+    host::Temporary<T> buf((nt - 1) * out_numel);
+    T* bp = buf.get();
     const int64_t chunk = (n + nt - 1) / nt;
-    at::parallel_for(0, nt, 1, [&](int64_t tb, int64_t te) {
+    host::parallel_for(0, nt, 1, [&](int64_t tb, int64_t te) {
       for (int64_t t = tb; t < te; ++t) {
         T* dst = out;
         if (t > 0) {
@@ -526,7 +450,7 @@ void scatter_run(const Geom& G, const Src& grid, T* out, int64_t out_numel, Make
     });
   } else {
     const auto op = make_op(out, AtomicAdd{});
-    at::parallel_for(0, n, (n + nt - 1) / nt, [&](int64_t b, int64_t e) {
+    host::parallel_for(0, n, (n + nt - 1) / nt, [&](int64_t b, int64_t e) {
       run_points<T, -1, 0, DER>(G, grid, b, e, op);
     });
   }

@@ -1,10 +1,9 @@
-// grid_pull, grid_grad and affine_pull on CPU (docs/pushpull-spec.md), and the registration of
-// every CPU op of the module.
-#include <torch/library.h>
-
+// grid_pull, grid_grad and affine_pull on CPU (docs/pushpull-spec.md): the kernels, torch-free.
+// A kernel library holds one of them for one dtype (NJ_KERNEL_<op>, NJ_KERNEL_T: see
+// nitorch_jit/backends/compiled.py); the binding (binding.cpp) checks the arguments, makes the
+// output and calls it through core/host.h.
 #include "pushpull/cpu/avx2/select.h"
 #include "pushpull/cpu/loop.h"
-#include "pushpull/cpu/ops.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -219,84 +218,55 @@ bool try_pull1_avx2(const Geom& G, const Src& src, const PullOp<T>& op) {
   return false;
 }
 
+// ---- the kernels (the binding has checked the call, made the output and handled the empty
+// cases: no point, an empty source)
+
+template <typename T>
+void grid_pull(const Call& c) {
+  const Geom& G = c.G;
+  const T* grid = in_ptr<T>(c.grid);
+  PullOp<T> op{in_ptr<T>(c.src), c.sB, c.sC, out_ptr<T>(c.out), G.C, G.P};
+#ifdef NJ_FASTPATH_AVX2
+  if (try_pull_avx2<T>(G, grid, op)) return;
+#endif
+  if (try_pull1_avx2(G, grid, op)) return;
+  gather_run<T, 0, kPullFast>(G, grid, op);
+}
+
+template <typename T>
+void grid_grad(const Call& c) {
+  const Geom& G = c.G;
+  GradOp<T> op{in_ptr<T>(c.src), c.sB, c.sC, out_ptr<T>(c.out), G.C, G.P, G.D};
+  gather_run<T, 1, kGradFast>(G, in_ptr<T>(c.grid), op);
+}
+
+// affine_pull: the points are the voxels of the output, their coordinates affine[b] @ (i, 1).
+template <typename T>
+void affine_pull(const Call& c) {
+  const Geom& G = c.G;
+  PullOp<T> op{in_ptr<T>(c.src), c.sB, c.sC, out_ptr<T>(c.out), G.C, G.P};
+  const AffineCoords<T> co = affine_coords<T>(c);
+#ifdef NJ_FASTPATH_AVX2
+  if (try_pull_avx2<T>(G, co, op)) return;
+#endif
+  if (try_pull1_avx2(G, co, op)) return;
+  gather_run<T, 0, kPullFast>(G, co, op);
+}
+
 }  // namespace
-
-// ---- the ops (ops.h)
-
-at::Tensor grid_pull_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
-                         at::IntArrayRef bound, bool extrapolate) {
-  const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  at::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, false), grid.options());
-  if (out.numel() == 0) return out;
-  if (G.empty_source()) return out.zero_();
-  AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_pull", [&] {
-    PullOp<scalar_t> op{input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
-                        out.data_ptr<scalar_t>(), G.C, G.P};
-#ifdef NJ_FASTPATH_AVX2
-    if (try_pull_avx2<scalar_t>(G, grid.const_data_ptr<scalar_t>(), op)) return;
-#endif
-    if (try_pull1_avx2(G, grid.const_data_ptr<scalar_t>(), op)) return;
-    gather_run<scalar_t, 0, kPullFast>(G, grid.const_data_ptr<scalar_t>(), op);
-  });
-  return out;
-}
-
-at::Tensor grid_grad_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
-                         at::IntArrayRef bound, bool extrapolate) {
-  const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  at::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, true), grid.options());
-  if (out.numel() == 0) return out;
-  if (G.empty_source()) return out.zero_();
-  AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_grad", [&] {
-    GradOp<scalar_t> op{input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
-                        out.data_ptr<scalar_t>(), G.C, G.P, G.D};
-    gather_run<scalar_t, 1, kGradFast>(G, grid.const_data_ptr<scalar_t>(), op);
-  });
-  return out;
-}
-
-// affine_pull: the points are the voxels of `shape`, their coordinates affine[b] @ (i, 1).
-at::Tensor affine_pull_cpu(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
-                           at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_affine_resample(input, "[B, C, *S]", affine, shape, order, bound);
-  at::Tensor out = empty_output(resampled_size(input, shape), input.options());
-  if (out.numel() == 0) return out;
-  const Geom G = make_points_geom(input.size(0), shape, D, input.size(1), input.sizes().slice(2),
-                                  input.strides().slice(2), order, bound, extrapolate);
-  if (G.empty_source()) return out.zero_();
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "affine_pull", [&] {
-    PullOp<scalar_t> op{input.const_data_ptr<scalar_t>(), input.stride(0), input.stride(1),
-                        out.data_ptr<scalar_t>(), G.C, G.P};
-    const AffineCoords<scalar_t> co = affine_coords<scalar_t>(affine);
-#ifdef NJ_FASTPATH_AVX2
-    if (try_pull_avx2<scalar_t>(G, co, op)) return;
-#endif
-    if (try_pull1_avx2(G, co, op)) return;
-    gather_run<scalar_t, 0, kPullFast>(G, co, op);
-  });
-  return out;
-}
-
 }  // namespace cpu
 }  // namespace pushpull
 }  // namespace nitorch_jit
 
-NJ_DEFINE_SET_TUNING()  // one per library: this one for the CPU pushpull library
-
-// The library's one registration block, in the order of nitorch_jit/ops/library.py. The ops of
-// push.cpp and dot.cpp are declared in ops.h: the kernels stay in three translation units,
-// which compile in parallel (a fourth, for this block alone, would parse the torch headers
-// once more).
-TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
-  using namespace nitorch_jit::pushpull::cpu;
-  m.impl("grid_pull", &grid_pull_cpu);
-  m.impl("grid_push", &grid_push_cpu);
-  m.impl("grid_grad", &grid_grad_cpu);
-  m.impl("grid_pushgrad", &grid_pushgrad_cpu);
-  m.impl("grid_grad_dot", &grid_grad_dot_cpu);
-  m.impl("grid_hess_dot", &grid_hess_dot_cpu);
-  m.impl("grid_pull_backward", &grid_pull_backward_cpu);
-  m.impl("affine_pull", &affine_pull_cpu);
-  m.impl("affine_push", &affine_push_cpu);
-  m.impl("affine_grad_dot", &affine_grad_dot_cpu);
-}
+#if defined(NJ_KERNEL_grid_pull)
+NJ_KERNEL_ENTRY(pushpull_grid_pull, nitorch_jit::pushpull::cpu::Call,
+                nitorch_jit::pushpull::cpu::grid_pull<NJ_KERNEL_T>(call))
+#endif
+#if defined(NJ_KERNEL_grid_grad)
+NJ_KERNEL_ENTRY(pushpull_grid_grad, nitorch_jit::pushpull::cpu::Call,
+                nitorch_jit::pushpull::cpu::grid_grad<NJ_KERNEL_T>(call))
+#endif
+#if defined(NJ_KERNEL_affine_pull)
+NJ_KERNEL_ENTRY(pushpull_affine_pull, nitorch_jit::pushpull::cpu::Call,
+                nitorch_jit::pushpull::cpu::affine_pull<NJ_KERNEL_T>(call))
+#endif

@@ -2,15 +2,9 @@
 // and grid_pull_backward, both gradients of pull (push and grad_dot) in one pass over the
 // points. All three scatter through scatter_run. (grid_pull_backward lives here rather than in
 // a file of its own: on a 2-core machine a fourth translation unit made the module's build
-// ~10 s longer, this file ~3 s.)
-#include <torch/library.h>
-
-#include <tuple>
-
+// ~10 s longer, this file ~3 s.) The kernels, torch-free: see pull.cpp.
 #include "pushpull/cpu/avx2/select.h"
 #include "pushpull/cpu/loop.h"
-#include "pushpull/cpu/ops.h"
-#include "pushpull/tensor.h"
 
 namespace nitorch_jit {
 namespace pushpull {
@@ -67,35 +61,24 @@ struct PushGradOp {
   void empty(const Point&) const {}
 };
 
-template <bool kGrad>
-at::Tensor push_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef shape,
-                     at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_grid(grid);
-  check_tensor(input, "input", grid, D, kGrad, kGrad ? "[B, C, *O, D]" : "[B, C, *O]");
-  check_point_shape(input, "input", grid, D);
-  check_options(order, bound, D);
-  check_shape(shape, D);
-  at::Tensor out = zeros_output(resampled_size(input, shape), grid.options());
-  if (out.numel() == 0) return out;
-  std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
-  const Geom G = make_geom(grid, D, input.size(1), shape, ostride, order, bound, extrapolate);
+// grid_push (kGrad false) and grid_pushgrad; the output is zeroed by the binding.
+template <typename T, bool kGrad, class Src>
+void push_run(const Call& c, const Src& src) {
+  const Geom& G = c.G;
   const int64_t N = G.src[0] * G.src[1] * G.src[2];
-  const PointStrides is = point_strides(input, D, kGrad);
-  AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), kGrad ? "grid_pushgrad" : "grid_push", [&] {
-    const scalar_t* ip = input.const_data_ptr<scalar_t>();
-    const int64_t C = G.C;
-    const int Dint = G.D;
-    auto make_op = [&](scalar_t* dst, auto add) {
-      using Add = decltype(add);
-      if constexpr (kGrad)
-        return PushGradOp<scalar_t, Add>{ip, is, dst, C, N, Dint};
-      else
-        return PushOp<scalar_t, Add>{ip, is, dst, C, N};
-    };
-    scatter_run<scalar_t, kGrad ? 1 : 0, kGrad ? kPushGradFast : kPushFast>(
-        G, grid.const_data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), out.numel(), make_op);
-  });
-  return out;
+  const T* ip = in_ptr<T>(c.pts);
+  const PointStrides is = c.ps;
+  const int64_t C = G.C;
+  const int Dint = G.D;
+  auto make_op = [&](T* dst, auto add) {
+    using Add = decltype(add);
+    if constexpr (kGrad)
+      return PushGradOp<T, Add>{ip, is, dst, C, N, Dint};
+    else
+      return PushOp<T, Add>{ip, is, dst, C, N};
+  };
+  scatter_run<T, kGrad ? 1 : 0, kGrad ? kPushGradFast : kPushFast>(G, src, out_ptr<T>(c.out),
+                                                                    c.out_numel, make_op);
 }
 
 // grid_pull_backward. Each point's grid coordinates and incoming gradient are read once and its
@@ -152,82 +135,61 @@ struct PullBackOp {
   }
 };
 
+// ---- the kernels
+
+template <typename T>
+void grid_push(const Call& c) {
+  push_run<T, false>(c, in_ptr<T>(c.grid));
+}
+
+template <typename T>
+void grid_pushgrad(const Call& c) {
+  push_run<T, true>(c, in_ptr<T>(c.grid));
+}
+
+// affine_push: the adjoint of affine_pull. The point-wise input [B, C, *O] holds one value per
+// output voxel of the pull; they are splatted at affine[b] @ (i, 1) into [B, C, *shape].
+template <typename T>
+void affine_push(const Call& c) {
+  push_run<T, false>(c, affine_coords<T>(c));
+}
+
+// grid_pull_backward: grad_input (out, zeroed, [B, C, *S] contiguous) and grad_grid (out2).
+template <typename T>
+void grid_pull_backward(const Call& c) {
+  const Geom& G = c.G;
+  const int64_t N = G.src[0] * G.src[1] * G.src[2];
+  const T* gp = in_ptr<T>(c.pts);
+  const T* ip = in_ptr<T>(c.src);
+  T* ggp = out_ptr<T>(c.out2);
+  const PointStrides gs = c.ps;
+  const int64_t sB = c.sB, sC = c.sC, C = G.C, P = G.P;
+  const int Dint = G.D;
+  auto make_op = [&](T* dst, auto add) {
+    return PullBackOp<T, decltype(add)>{gp, gs, ip, sB, sC, dst, ggp, C, N, P, Dint};
+  };
+  scatter_run<T, 1, kPullBackFast>(G, in_ptr<T>(c.grid), out_ptr<T>(c.out), c.out_numel,
+                                   make_op);
+}
+
 }  // namespace
-
-// ---- the ops (ops.h; registered in pull.cpp)
-
-at::Tensor grid_push_cpu(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef shape,
-                         at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  return push_impl<false>(input, grid, shape, order, bound, extrapolate);
-}
-
-at::Tensor grid_pushgrad_cpu(const at::Tensor& input, const at::Tensor& grid,
-                             at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
-                             bool extrapolate) {
-  return push_impl<true>(input, grid, shape, order, bound, extrapolate);
-}
-
-// affine_push: the adjoint of affine_pull. input [B, C, *O] holds one value per output voxel of
-// the pull; they are splatted at affine[b] @ (i, 1) into [B, C, *shape].
-at::Tensor affine_push_cpu(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
-                           at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
-  const int64_t D = check_affine_resample(input, "[B, C, *O]", affine, shape, order, bound);
-  at::Tensor out = zeros_output(resampled_size(input, shape), input.options());
-  if (out.numel() == 0) return out;
-  std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
-  const Geom G = make_points_geom(input.size(0), input.sizes().slice(2), D, input.size(1), shape,
-                                  ostride, order, bound, extrapolate);
-  const int64_t N = G.src[0] * G.src[1] * G.src[2];
-  const PointStrides is = point_strides(input, D, false);
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "affine_push", [&] {
-    const scalar_t* ip = input.const_data_ptr<scalar_t>();
-    const int64_t C = G.C;
-    auto make_op = [&](scalar_t* dst, auto add) {
-      return PushOp<scalar_t, decltype(add)>{ip, is, dst, C, N};
-    };
-    scatter_run<scalar_t, 0, kPushFast>(G, affine_coords<scalar_t>(affine),
-                                        out.data_ptr<scalar_t>(), out.numel(), make_op);
-  });
-  return out;
-}
-
-std::tuple<at::Tensor, at::Tensor> grid_pull_backward_cpu(const at::Tensor& grad,
-                                                          const at::Tensor& input,
-                                                          const at::Tensor& grid,
-                                                          at::IntArrayRef order,
-                                                          at::IntArrayRef bound,
-                                                          bool extrapolate) {
-  const int64_t D = check_grid(grid);
-  check_tensor(input, "input", grid, D, false, "[B, C, *S]");
-  check_tensor(grad, "grad", grid, D, false, "[B, C, *O]");
-  check_point_shape(grad, "grad", grid, D);
-  check_channels(grad, "grad", input);
-  check_options(order, bound, D);
-  at::Tensor gin = zeros_output(input.sizes(), grid.options());
-  std::vector<int64_t> gsize(grid.sizes().begin(), grid.sizes().end());
-  at::Tensor ggrid = empty_output(gsize, grid.options());
-  if (ggrid.numel() == 0) return {gin, ggrid};
-  if (gin.numel() == 0) return {gin, ggrid.zero_()};  // no channel or an empty source
-  const at::Tensor src = spatially_contiguous(input, D);
-  const Geom G = make_geom(grid, D, src.size(1), src.sizes().slice(2), src.strides().slice(2),
-                           order, bound, extrapolate);
-  const int64_t N = G.src[0] * G.src[1] * G.src[2];
-  const PointStrides gs = point_strides(grad, D, false);
-  AT_DISPATCH_FLOATING_TYPES(grid.scalar_type(), "grid_pull_backward", [&] {
-    const scalar_t* gp = grad.const_data_ptr<scalar_t>();
-    const scalar_t* ip = src.const_data_ptr<scalar_t>();
-    scalar_t* ggp = ggrid.data_ptr<scalar_t>();
-    const int64_t sB = src.stride(0), sC = src.stride(1), C = G.C, P = G.P;
-    const int Dint = G.D;
-    auto make_op = [&](scalar_t* dst, auto add) {
-      return PullBackOp<scalar_t, decltype(add)>{gp, gs, ip, sB, sC, dst, ggp, C, N, P, Dint};
-    };
-    scatter_run<scalar_t, 1, kPullBackFast>(G, grid.const_data_ptr<scalar_t>(),
-                                           gin.data_ptr<scalar_t>(), gin.numel(), make_op);
-  });
-  return {gin, ggrid};
-}
-
 }  // namespace cpu
 }  // namespace pushpull
 }  // namespace nitorch_jit
+
+#if defined(NJ_KERNEL_grid_push)
+NJ_KERNEL_ENTRY(pushpull_grid_push, nitorch_jit::pushpull::cpu::Call,
+                nitorch_jit::pushpull::cpu::grid_push<NJ_KERNEL_T>(call))
+#endif
+#if defined(NJ_KERNEL_grid_pushgrad)
+NJ_KERNEL_ENTRY(pushpull_grid_pushgrad, nitorch_jit::pushpull::cpu::Call,
+                nitorch_jit::pushpull::cpu::grid_pushgrad<NJ_KERNEL_T>(call))
+#endif
+#if defined(NJ_KERNEL_affine_push)
+NJ_KERNEL_ENTRY(pushpull_affine_push, nitorch_jit::pushpull::cpu::Call,
+                nitorch_jit::pushpull::cpu::affine_push<NJ_KERNEL_T>(call))
+#endif
+#if defined(NJ_KERNEL_grid_pull_backward)
+NJ_KERNEL_ENTRY(pushpull_grid_pull_backward, nitorch_jit::pushpull::cpu::Call,
+                nitorch_jit::pushpull::cpu::grid_pull_backward<NJ_KERNEL_T>(call))
+#endif

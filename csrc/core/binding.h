@@ -1,0 +1,122 @@
+// The binding's half of the kernel-library interface (core/host.h), for a binding that links
+// torch: the host table filled from ATen, and the kernels found by name.
+//
+// A kernel library is loaded by Python (nitorch_jit/backends/compiled.py), which hands each of
+// its entries to the binding (nitorch_jit_bind_kernel). An op that finds no entry for its
+// specialisation asks Python through the resolver (nitorch_jit_set_resolver), which builds or
+// loads that library and binds it: so a call that reaches the op without our front end
+// (opcheck, inductor's generated code) works as well.
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/host.h"
+#include "core/tuning.h"
+
+extern "C" {
+// Build or load the kernel library of specialisation `name` and bind its entries; 0 on
+// success, else the reason is written into err.
+typedef int (*nj_resolver_fn)(const char* name, char* err, int64_t err_len);
+}
+
+namespace nitorch_jit {
+namespace binding {
+
+inline void aten_parallel_for(int64_t begin, int64_t end, int64_t grain, nj_range_fn fn,
+                              void* ctx) {
+  at::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) { fn(ctx, b, e); });
+}
+inline int aten_in_parallel_region() { return at::in_parallel_region() ? 1 : 0; }
+inline int aten_num_threads() { return at::get_num_threads(); }
+inline void* aligned_alloc64(int64_t bytes) {
+  if (bytes <= 0) bytes = 64;
+  return std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64));
+}
+inline void aligned_release(void* p) { std::free(p); }
+
+// The one host table of the process (the binding's knobs: core/tuning.h).
+inline const nj_host* host() {
+  static const nj_host h{NJ_HOST_ABI,      &aten_parallel_for, &aten_in_parallel_region,
+                         &aten_num_threads, &aligned_alloc64,   &aligned_release,
+                         tuning::values()};
+  return &h;
+}
+
+class Kernels {
+ public:
+  static Kernels& get() {
+    static Kernels* k = new Kernels;  // never destroyed: ops may run during exit
+    return *k;
+  }
+  void bind(const char* name, nj_kernel_fn fn) {
+    std::lock_guard<std::mutex> lock(m_);
+    map_[name] = fn;
+  }
+  void set_resolver(nj_resolver_fn fn) { resolver_.store(fn); }
+
+  // The entry of `name`, resolved through Python the first time it is missing.
+  nj_kernel_fn find(const char* name) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = map_.find(name);
+    if (it != map_.end()) return it->second;
+    nj_resolver_fn resolve = resolver_.load();
+    TORCH_CHECK(resolve != nullptr, "nitorch_jit: no kernel library for ", name,
+                " is loaded and no resolver is set (import nitorch_jit first)");
+    char err[4096] = {0};
+    // Python's resolver binds through bind(): let it take the lock
+    m_.unlock();
+    const int rc = resolve(name, err, sizeof(err));
+    m_.lock();
+    TORCH_CHECK(rc == 0, err[0] ? err : "nitorch_jit: building the kernels failed");
+    it = map_.find(name);
+    TORCH_CHECK(it != map_.end(), "nitorch_jit: the kernel library of ", name,
+                " was loaded but did not bind it");
+    return it->second;
+  }
+
+ private:
+  std::mutex m_;
+  std::unordered_map<std::string, nj_kernel_fn> map_;
+  std::atomic<nj_resolver_fn> resolver_{nullptr};
+};
+
+// The entry of `name`, cached in `slot` (one per op call site and dtype).
+inline nj_kernel_fn kernel(std::atomic<nj_kernel_fn>& slot, const char* name) {
+  nj_kernel_fn fn = slot.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = Kernels::get().find(name);
+    slot.store(fn, std::memory_order_release);
+  }
+  return fn;
+}
+
+// Run one kernel call; its error text becomes the op's error, unchanged.
+inline void run(nj_kernel_fn fn, const void* call) {
+  char err[2048];
+  err[0] = 0;
+  const int rc = fn(host(), call, err, sizeof(err));
+  TORCH_CHECK(rc == 0, err);
+}
+
+}  // namespace binding
+}  // namespace nitorch_jit
+
+// The binding library's C entries (once per library, beside NJ_DEFINE_SET_TUNING()).
+#define NJ_DEFINE_BINDING_EXPORTS()                                                          \
+  extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_bind_kernel(         \
+      const char* name, void* fn) {                                                          \
+    nitorch_jit::binding::Kernels::get().bind(name, reinterpret_cast<nj_kernel_fn>(fn));     \
+    return NJ_HOST_ABI;                                                                      \
+  }                                                                                          \
+  extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_set_resolver(        \
+      void* fn) {                                                                            \
+    nitorch_jit::binding::Kernels::get().set_resolver(reinterpret_cast<nj_resolver_fn>(fn)); \
+    return NJ_HOST_ABI;                                                                      \
+  }
