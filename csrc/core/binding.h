@@ -8,9 +8,6 @@
 // (opcheck, inductor's generated code) works as well.
 #pragma once
 
-#include <ATen/Parallel.h>
-#include <c10/util/Exception.h>
-
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -18,7 +15,12 @@
 #include <unordered_map>
 
 #include "core/host.h"
+#include "core/torch_api.h"
 #include "core/tuning.h"
+
+#if !defined(NJ_STABLE_ABI)
+#include <ATen/Parallel.h>
+#endif
 
 extern "C" {
 // Build or load the kernel library of specialisation `name` and bind its entries; 0 on
@@ -29,12 +31,31 @@ typedef int (*nj_resolver_fn)(const char* name, char* err, int64_t err_len);
 namespace nitorch_jit {
 namespace binding {
 
+#if defined(NJ_STABLE_ABI)
+// The stable ABI has no in_parallel_region: the ranges that our parallel_for runs (on the calling
+// thread too, as ATen's do) mark their thread.
+inline int& region_depth() {
+  static thread_local int depth = 0;
+  return depth;
+}
+inline void aten_parallel_for(int64_t begin, int64_t end, int64_t grain, nj_range_fn fn,
+                              void* ctx) {
+  torch::stable::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) {
+    ++region_depth();
+    fn(ctx, b, e);
+    --region_depth();
+  });
+}
+inline int aten_in_parallel_region() { return region_depth() > 0 ? 1 : 0; }
+inline int aten_num_threads() { return static_cast<int>(torch::stable::get_num_threads()); }
+#else
 inline void aten_parallel_for(int64_t begin, int64_t end, int64_t grain, nj_range_fn fn,
                               void* ctx) {
   at::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) { fn(ctx, b, e); });
 }
 inline int aten_in_parallel_region() { return at::in_parallel_region() ? 1 : 0; }
 inline int aten_num_threads() { return at::get_num_threads(); }
+#endif
 inline void* aligned_alloc64(int64_t bytes) {
   if (bytes <= 0) bytes = 64;
   return std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64));
@@ -67,16 +88,16 @@ class Kernels {
     auto it = map_.find(name);
     if (it != map_.end()) return it->second;
     nj_resolver_fn resolve = resolver_.load();
-    TORCH_CHECK(resolve != nullptr, "nitorch_jit: no kernel library for ", name,
+    NJ_CHECK(resolve != nullptr, "nitorch_jit: no kernel library for ", name,
                 " is loaded and no resolver is set (import nitorch_jit first)");
     char err[4096] = {0};
     // Python's resolver binds through bind(): let it take the lock
     m_.unlock();
     const int rc = resolve(name, err, sizeof(err));
     m_.lock();
-    TORCH_CHECK(rc == 0, err[0] ? err : "nitorch_jit: building the kernels failed");
+    NJ_CHECK(rc == 0, std::string(err[0] ? err : "nitorch_jit: building the kernels failed"));
     it = map_.find(name);
-    TORCH_CHECK(it != map_.end(), "nitorch_jit: the kernel library of ", name,
+    NJ_CHECK(it != map_.end(), "nitorch_jit: the kernel library of ", name,
                 " was loaded but did not bind it");
     return it->second;
   }
@@ -102,7 +123,7 @@ inline void run(nj_kernel_fn fn, const void* call) {
   char err[2048];
   err[0] = 0;
   const int rc = fn(host(), call, err, sizeof(err));
-  TORCH_CHECK(rc == 0, err);
+  NJ_CHECK(rc == 0, std::string(err));
 }
 
 }  // namespace binding

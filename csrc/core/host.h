@@ -135,7 +135,7 @@ int run_entry(const nj_host* h, char* err, int64_t err_len, const F& f) {
     return nitorch_jit::host::run_entry(host_, err_, err_len_, [&] { body; });              \
   }
 
-#else  // a library that links torch: the primitives are ATen's
+#elif !defined(NJ_STABLE_ABI)  // a library that links classic torch: the primitives are ATen's
 
 #include <ATen/Parallel.h>
 

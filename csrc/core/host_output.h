@@ -13,12 +13,11 @@
 //   THP's defrag setting is "madvise" (a common default) the kernel compacts memory
 //   synchronously to serve the advice, and on that VM the first calls of a process paid
 //   +100 ms each for a 92 MB output.
+//
+// Written for both torches of core/torch_api.h: on the stable ABI a cached output is a
+// from_blob tensor with a deleter (torch >= 2.11), which torch cannot resize in place (the
+// classic one can: its storage is resizable); torch's own ops never resize an op's output.
 #pragma once
-
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <c10/core/CPUAllocator.h>
-#include <c10/core/Storage.h>
 
 #include <cstdint>
 #include <deque>
@@ -28,7 +27,14 @@
 #include <sys/mman.h>
 #endif
 
+#include "core/torch_api.h"
 #include "core/tuning.h"
+
+#if !defined(NJ_STABLE_ABI)
+#include <ATen/ops/empty.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/Storage.h>
+#endif
 
 namespace nitorch_jit {
 
@@ -137,19 +143,48 @@ struct CachedOutput {
   }
 };
 
-// A contiguous CPU tensor on a cached block, or an undefined tensor when the cache is off or
-// the block could not be had (the caller then allocates as usual).
-inline at::Tensor cached_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
-  if (tuning::get(tuning::kOutputCacheMB) <= 0) return at::Tensor();
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  const int64_t nbytes = n * static_cast<int64_t>(options.dtype().itemsize());
-  if (nbytes < kLargeOutputBytes) return at::Tensor();
+// The block of a large CPU output of `nbytes` (its rounded size in *bytes), or nullptr when the
+// cache is off, the output is small or the mapping failed (the caller allocates as usual).
+inline void* cached_block(int64_t nbytes, int64_t* bytes) {
+  if (tuning::get(tuning::kOutputCacheMB) <= 0 || nbytes < kLargeOutputBytes) return nullptr;
   static const bool hooked = (tuning::on_change().store(+[] { OutputBlocks::get().trim(); }),
                               true);  // knob changes (empty_cache) trim the cache at once
   (void)hooked;
-  const int64_t bytes = OutputBlocks::rounded(nbytes);
-  void* p = OutputBlocks::get().take(bytes);
+  *bytes = OutputBlocks::rounded(nbytes);
+  return OutputBlocks::get().take(*bytes);
+}
+
+#if defined(NJ_STABLE_ABI)
+// A contiguous CPU tensor of `like`'s dtype on a cached block, or an undefined tensor.
+inline api::Tensor cached_output(api::IntRef sizes, const api::Tensor& like) {
+#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_11_0
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  int64_t bytes = 0;
+  void* p = cached_block(n * static_cast<int64_t>(like.element_size()), &bytes);
+  if (p == nullptr) return api::Tensor();
+  std::vector<int64_t> strides(sizes.size());
+  int64_t st = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = st;
+    st *= sizes[i];
+  }
+  return torch::stable::from_blob(p, sizes, strides, like.device(), like.scalar_type(),
+                                  [bytes](void* q) { OutputBlocks::get().give(q, bytes); });
+#else
+  (void)sizes, (void)like;
+  return api::Tensor();
+#endif
+}
+#else
+// A contiguous CPU tensor on a cached block, or an undefined tensor when the cache is off or
+// the block could not be had (the caller then allocates as usual).
+inline at::Tensor cached_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  const int64_t nbytes = n * static_cast<int64_t>(options.dtype().itemsize());
+  int64_t bytes = 0;
+  void* p = cached_block(nbytes, &bytes);
   if (p == nullptr) return at::Tensor();
   c10::DataPtr data(p, new CachedOutput{p, bytes}, &CachedOutput::release,
                     c10::Device(c10::kCPU));
@@ -159,7 +194,27 @@ inline at::Tensor cached_output(at::IntArrayRef sizes, const at::TensorOptions& 
   return at::empty({0}, options).set_(std::move(storage), 0, sizes);
 }
 #endif
+#endif  // __linux__
 
+#if defined(NJ_STABLE_ABI)
+// The output of a kernel, like `like` (CPU: large ones from the block cache).
+inline api::Tensor empty_output(api::IntRef sizes, const api::Tensor& like) {
+#if defined(__linux__)
+  if (like.is_cpu()) {
+    api::Tensor t = cached_output(sizes, like);
+    if (t.defined()) return t;
+  }
+#endif
+  api::Tensor t = api::empty(sizes, like);
+  if (t.is_cpu())
+    advise_huge_pages(t.data_ptr(), t.numel() * static_cast<int64_t>(t.element_size()));
+  return t;
+}
+inline api::Tensor zeros_output(api::IntRef sizes, const api::Tensor& like) {
+  api::Tensor t = empty_output(sizes, like);
+  return api::zero_(t);
+}
+#else
 // at::empty for a kernel's output (CPU: large ones from the block cache, or with huge pages
 // advised before anything writes them).
 inline at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
@@ -178,5 +233,14 @@ inline at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& o
 inline at::Tensor zeros_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
   return empty_output(sizes, options).zero_();
 }
+
+// the same, with `like`'s options (the form both torches of core/torch_api.h have)
+inline at::Tensor empty_output(at::IntArrayRef sizes, const at::Tensor& like) {
+  return empty_output(sizes, like.options());
+}
+inline at::Tensor zeros_output(at::IntArrayRef sizes, const at::Tensor& like) {
+  return zeros_output(sizes, like.options());
+}
+#endif
 
 }  // namespace nitorch_jit

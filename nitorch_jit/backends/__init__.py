@@ -272,11 +272,34 @@ except AttributeError:  # torch < 2.3
     is_compiling = torch._dynamo.is_compiling
 
 
-def ensure_eager(module, device):
+def ensure_eager(module, device, kernel=None):
     """ensure() for the Python entry points. Under torch.compile it does nothing: the ops'
-    fake kernels call ensure() at trace time instead, so dynamo never traces the loader."""
-    if not is_compiling():
-        ensure(module, device)
+    fake kernels call ensure() at trace time instead, so dynamo never traces the loader.
+
+    `kernel`, optional: (op, dtype, orders) of the call, so that on the first call the C
+    provider can build that op's kernel while it builds the module's binding
+    (``compiled.prefetch``)."""
+    if is_compiling():
+        return
+    if kernel is not None and (module, _device_type(device)) not in _STATE:
+        _prefetch(module, _device_type(device), kernel)
+    ensure(module, device)
+
+
+def _device_type(device):
+    return device.type if isinstance(device, torch.device) else torch.device(device).type
+
+
+def _prefetch(module, device_type, kernel):
+    """Start the build of the kernel a first call needs, where the C provider is in the plan."""
+    try:
+        if compiled not in plan(module, requested()):
+            return
+    except BackendError:
+        return  # ensure() says why
+    op, dtype, order = kernel
+    compiled.prefetch(module, device_type,
+                      compiled.likely_kernel(module, device_type, op, dtype, order))
 
 
 def status():

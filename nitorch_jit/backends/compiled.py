@@ -5,11 +5,14 @@ to build it; the knowledge-free loader (nitorch_jit.jit) builds, caches and load
 
 Issue 31 splits a module where it has a binding (``BINDINGS``): the library that torch loads is
 then a thin binding (one translation unit, the only one with torch headers), and the kernels
-live in torch-free libraries, one per op and dtype (``KERNELS``), each its own cache entry,
-built the first time a call needs it: the binding asks for it by name through the resolver
+live in torch-free libraries, one per op, dtype and variant (the module's kernels.def, read by
+``kernel_table``; ``kernel_names`` lists them), each its own cache entry, built the first time a
+call needs it: the binding asks for it by name through the resolver
 set here (``kernel_spec`` says how to build one). A torch upgrade rebuilds the binding only.
 """
 import ctypes
+import functools
+import re
 import threading
 from pathlib import Path
 
@@ -34,17 +37,26 @@ _SUFFIX = {"cpu": "*.cpp", "cuda": "*.cu"}
 # (module, device type) -> the binding's translation unit, for the modules split in a binding
 # and torch-free kernel libraries
 BINDINGS = {("pushpull", "cpu"): "binding.cpp"}
-# module -> device type -> op -> the translation unit that holds its kernel (NJ_KERNEL_<op>)
-KERNELS = {
-    "pushpull": {"cpu": {
-        "grid_pull": "pull.cpp", "grid_grad": "pull.cpp", "affine_pull": "pull.cpp",
-        "grid_push": "push.cpp", "grid_pushgrad": "push.cpp", "affine_push": "push.cpp",
-        "grid_pull_backward": "push.cpp", "grid_grad_dot": "dot.cpp",
-        "grid_hess_dot": "dot.cpp", "affine_grad_dot": "dot.cpp",
-    }},
-}
+# the kernel tables: csrc/<module>/<device>/kernels.def, read here and by the C++ (variants.h)
+_KERNEL_OP = re.compile(r"^NJ_KERNEL_OP\((\w+),\s*(\w+),\s*(0b[01]+|\d+)\)", re.MULTILINE)
+_FLOAT64_FAST = re.compile(r"^NJ_FLOAT64_FAST\((0b[01]+|\d+)\)", re.MULTILINE)
 # dtype names of kernel specialisations -> the C type the kernel is compiled for
 KERNEL_DTYPES = {"float32": "float", "float64": "double"}
+# fast-path variants: every dim of order o in d dims; "any": the generic path
+FAST_VARIANTS = [(o, d) for o in range(4) for d in (2, 3)]
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_table(module, device_type):
+    """The kernels of `module` on `device_type`, from its kernels.def: (ops, float64 mask) with
+    ops a dict op -> (translation unit, fast-path mask); ({}, 0) where it has none."""
+    path = CSRC / module / device_type / "kernels.def"
+    if not path.is_file():
+        return {}, 0
+    text = path.read_text()
+    ops = {op: (f"{unit}.cpp", int(mask, 0)) for op, unit, mask in _KERNEL_OP.findall(text)}
+    f64 = _FLOAT64_FAST.findall(text)
+    return ops, int(f64[0], 0) if f64 else 0
 
 
 def sources(module, device_type):
@@ -67,17 +79,25 @@ def sources(module, device_type):
 
 
 def kernel_names(module, device_type):
-    """Every kernel specialisation of `module` on `device_type`, ``'<module>.<op>.<dtype>'``
-    (empty where the module has no binding).
+    """Every kernel specialisation of `module` on `device_type`,
+    ``'<module>.<op>.<dtype>.<variant>'`` with variant ``'any'`` (the generic path) or ``'o1d3'``
+    (every dim of order 1 in 3-D), as the binding asks for them; empty where the module has no
+    kernel table.
 
     Examples
     --------
     >>> from nitorch_jit.backends import compiled
-    >>> compiled.kernel_names("pushpull", "cpu")[0]
-    'pushpull.grid_pull.float32'
+    >>> compiled.kernel_names("pushpull", "cpu")[:2]
+    ['pushpull.grid_pull.float32.any', 'pushpull.grid_pull.float32.o0d2']
     """
-    ops = KERNELS.get(module, {}).get(device_type, {})
-    return [f"{module}.{op}.{dt}" for op in ops for dt in KERNEL_DTYPES]
+    ops, f64_mask = kernel_table(module, device_type)
+    names = []
+    for op, (_, mask) in ops.items():
+        for dt in KERNEL_DTYPES:
+            m = mask & f64_mask if dt == "float64" else mask
+            names.append(f"{module}.{op}.{dt}.any")
+            names += [f"{module}.{op}.{dt}.o{o}d{d}" for o, d in FAST_VARIANTS if m >> o & 1]
+    return names
 
 
 def kernel_spec(name, device_type="cpu"):
@@ -86,7 +106,7 @@ def kernel_spec(name, device_type="cpu"):
     Parameters
     ----------
     name : str
-        ``'<module>.<op>.<dtype>'``, as ``kernel_names`` lists and the binding asks.
+        ``'<module>.<op>.<dtype>.<variant>'``, as ``kernel_names`` lists and the binding asks.
     device_type : {'cpu'}
 
     Returns
@@ -96,22 +116,77 @@ def kernel_spec(name, device_type="cpu"):
     Examples
     --------
     >>> from nitorch_jit.backends import compiled
-    >>> spec = compiled.kernel_spec("pushpull.grid_pull.float32")
-    >>> spec.torch_free, spec.sources[0].name
-    (True, 'pull.cpp')
+    >>> spec = compiled.kernel_spec("pushpull.grid_pull.float32.o1d3")
+    >>> spec.torch_free, spec.sources[0].name, spec.label
+    (True, 'pull.cpp', 'grid_pull for 3-D order-1 float32 (CPU)')
     """
-    try:
-        module, op, dtype = name.split(".")
-        source = KERNELS[module][device_type][op]
-        ctype = KERNEL_DTYPES[dtype]
-    except (ValueError, KeyError):
-        raise BackendError(f"no kernel {name!r} for {device_type}: expected one of "
-                           f"'<module>.<op>.<dtype>' in {kernel_names('pushpull', 'cpu')[:2]}"
-                           f"...") from None
-    flags = ["-O3", "-DNJ_KERNEL_LIB", f"-DNJ_KERNEL_{op}", f"-DNJ_KERNEL_T={ctype}"]
+    parts = name.split(".")
+    module = parts[0]
+    if name not in kernel_names(module, device_type):
+        raise BackendError(f"no kernel {name!r} for {device_type}: expected a name of "
+                           f"kernel_names(module, {device_type!r}), like "
+                           f"'pushpull.grid_pull.float32.o1d3'")
+    _, op, dtype, variant = parts
+    source = kernel_table(module, device_type)[0][op][0]
+    flags = ["-O3", "-std=c++17", "-DNJ_KERNEL_LIB", f"-DNJ_KERNEL_{op}",
+             f"-DNJ_KERNEL_T={KERNEL_DTYPES[dtype]}"]
+    if variant == "any":
+        flags.append("-DNJ_KERNEL_ORDER=-1")
+        what = f"{op} for {dtype} (generic path, {device_type.upper()})"
+    else:
+        order, dim = int(variant[1]), int(variant[3])
+        flags += [f"-DNJ_KERNEL_ORDER={order}", f"-DNJ_KERNEL_DIM={dim}"]
+        what = f"{op} for {dim}-D order-{order} {dtype} ({device_type.upper()})"
     return jit.ModuleSpec(name, device_type, [CSRC / module / device_type / source], [CSRC],
-                          cflags=flags, torch_free=True,
-                          label=f"{op} for {dtype} ({device_type.upper()} kernel of '{module}')")
+                          cflags=flags, torch_free=True, direct=True, label=what)
+
+
+# The first torch whose stable ABI has all that a binding uses (empty, from_blob with a deleter,
+# parallel_for, the thread count, narrow, contiguous, zero_); below it, the classic headers.
+STABLE_ABI_FROM = (2, 13)
+
+
+def binding_abi():
+    """Which torch API the bindings are built on here: ``'stable'`` (the LibTorch stable ABI,
+    torch >= 2.13: a binding compiles in a few seconds) or ``'classic'`` (the ATen headers).
+    ``NI_JIT_BINDING=classic`` asks for the classic headers on any torch.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from nitorch_jit.backends import compiled
+    >>> compiled.binding_abi() in ("stable", "classic")
+    True
+    """
+    import os
+    asked = os.environ.get("NI_JIT_BINDING", "").strip().lower()
+    if asked not in ("", "stable", "classic"):
+        raise BackendError(f"NI_JIT_BINDING must be 'stable' or 'classic', got {asked!r}")
+    version = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    if asked == "classic" or version < STABLE_ABI_FROM:
+        if asked == "stable":
+            raise BackendError(f"NI_JIT_BINDING=stable needs torch >= "
+                               f"{'.'.join(map(str, STABLE_ABI_FROM))}, this is {torch.__version__}")
+        return "classic"
+    return "stable"
+
+
+def _stable_binding_spec(module, device_type, sources_):
+    """A binding on the stable ABI: one compiler call, torch's headers and libraries named here
+    (as torch.utils.cpp_extension would), no worker process."""
+    from torch.utils import cpp_extension
+    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    cflags = ["-O3", "-std=c++20", "-DNJ_STABLE_ABI",
+              f"-DTORCH_TARGET_VERSION=0x{major:02x}{minor:02x}000000000000",
+              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    cflags += [f"-isystem{d}" for d in cpp_extension.include_paths()]
+    ldflags = [f"-L{d}" for d in cpp_extension.library_paths()] + ["-ltorch_cpu", "-lc10"]
+    return jit.ModuleSpec(module, device_type, sources_, [CSRC], cflags=cflags, ldflags=ldflags,
+                          direct=True, label=f"the binding of '{module}' for "
+                          f"{device_type.upper()} (stable ABI)")
 
 
 def module_spec(module, device_type, archs=None):
@@ -141,6 +216,8 @@ def module_spec(module, device_type, archs=None):
     if not folder.is_dir():
         raise BackendError(f"no sources for module {module!r} in {CSRC}")
     if device_type == "cpu":
+        if (module, device_type) in BINDINGS and binding_abi() == "stable":
+            return _stable_binding_spec(module, device_type, sources(module, "cpu"))
         omp = toolchain.openmp_flags()
         # no -std flag: torch adds the standard its headers need (c++17 up to 2.x, c++20 later)
         return jit.ModuleSpec(module, "cpu", sources(module, "cpu"), [CSRC],
@@ -162,6 +239,67 @@ def module_spec(module, device_type, archs=None):
     raise BackendError(f"no compiled kernels for device type {device_type!r}")
 
 
+def likely_kernel(module, device_type, op, dtype, order):
+    """The kernel specialisation a call of `op` will most likely ask for: a prediction, from the
+    module's kernels.def, of the rule the binding applies (pushpull/cpu/variants.h: a fast path
+    when every dim has the same order, that order has one for the op and dtype, and D is 2 or 3;
+    else the generic path). Used only to build that kernel while the binding builds; a wrong
+    guess costs a build, never a wrong result (the binding asks for what it needs).
+
+    Parameters
+    ----------
+    module, device_type, op : str
+    dtype : torch.dtype
+    order : sequence of int
+        The interpolation order of each spatial dim.
+
+    Returns
+    -------
+    str or None
+        A name of ``kernel_names``, or None when the module has no such kernel.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit.backends import compiled
+    >>> compiled.likely_kernel("pushpull", "cpu", "grid_pull", torch.float32, [1, 1, 1])
+    'pushpull.grid_pull.float32.o1d3'
+    """
+    ops, f64_mask = kernel_table(module, device_type)
+    dt = {torch.float32: "float32", torch.float64: "float64"}.get(dtype)
+    if op not in ops or dt is None:
+        return None
+    mask = ops[op][1] & (f64_mask if dt == "float64" else ~0)
+    order = [int(o) for o in order]
+    if len(order) in (2, 3) and len(set(order)) == 1 and 0 <= order[0] <= 3 \
+            and mask >> order[0] & 1:
+        return f"{module}.{op}.{dt}.o{order[0]}d{len(order)}"
+    return f"{module}.{op}.{dt}.any"
+
+
+def prefetch(module, device_type, name):
+    """Start building kernel `name` in a thread, when the binding of `module` is not loaded yet
+    (its build runs meanwhile): a cold first call waits for the longer of the two, not their
+    sum. Returns the thread, or None when there is nothing to do."""
+    if name is None or (module, device_type) not in BINDINGS:
+        return None
+    with _RESOLVE_LOCK:
+        if name in _PREFETCHED:
+            return None
+        _PREFETCHED.add(name)
+
+    def build():
+        try:
+            jit.load(kernel_spec(name, device_type))
+        except BUILD_ERRORS:
+            pass  # the call that needs it builds it again and says why
+
+    thread = threading.Thread(target=build, name=f"nitorch_jit prefetch {name}", daemon=True)
+    thread.start()
+    return thread
+
+
+_PREFETCHED = set()
 _RESOLVE_LOCK = threading.Lock()
 _BINDINGS = {}   # binding path -> its ctypes handle (kept open), for load_kernel
 _RESOLVERS = {}  # binding path -> the ctypes callback it holds (kept alive)
@@ -172,7 +310,7 @@ def load_kernel(binding, name, device_type="cpu"):
     loaded from path `binding`. Returns the kernel library's path."""
     spec = kernel_spec(name, device_type)
     path = jit.load(spec)
-    entry = "nj_" + name.rsplit(".", 1)[0].replace(".", "_")  # nj_pushpull_grid_pull
+    entry = "nj_" + "_".join(name.split(".")[:2])  # nj_pushpull_grid_pull
     address = ctypes.cast(getattr(jit.handle(path), entry), ctypes.c_void_p)
     _BINDINGS[str(binding)].nitorch_jit_bind_kernel(name.encode(), address)
     return path

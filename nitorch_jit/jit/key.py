@@ -25,6 +25,9 @@ class ModuleSpec:
     # alone, keyed on what it depends on (compiler, flags, sources, platform) and not on torch
     # or Python, and loaded with ctypes; the caller binds its entries
     torch_free: bool = False
+    # True: built by one compiler call from the flags given here (a torch-free library, or a
+    # binding on torch's stable ABI); False: through torch.utils.cpp_extension in a worker
+    direct: bool = False
     label: str = ""                # what the progress line calls it (default: the module)
 
     @property

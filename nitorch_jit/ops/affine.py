@@ -204,7 +204,7 @@ def _pull(input, affine, dim, shape, opts, prefilter):
     shape = shape_arg(shape, dim, x.shape[2:])
     if prefilter:  # interpolate the samples rather than use them as spline coefficients
         x = _prefilter(x, *opts[:2])
-    backends.ensure_eager(_MODULE, x.device)
+    backends.ensure_eager(_MODULE, x.device, ("affine_pull", x.dtype, opts[0]))
     return restore_batch(call(_ops.affine_pull.default, x, A, shape, *opts), batch, dtype)
 
 
@@ -250,7 +250,7 @@ def affine_push(input, affine, shape=None, interpolation="linear", bound="zero",
     x, A, batch, dtype = _prepare(input, affine, dim)
     shape = shape_arg(shape, dim, x.shape[2:])
     opts = resampling_options(dim, interpolation, bound, extrapolate)
-    backends.ensure_eager(_MODULE, x.device)
+    backends.ensure_eager(_MODULE, x.device, ("affine_push", x.dtype, opts[0]))
     out = call(_ops.affine_push.default, x, A, shape, *opts)
     if prefilter:  # the transposed filter, so that push stays the adjoint of pull
         out = _prefilter(out, *opts[:2], adjoint=True)

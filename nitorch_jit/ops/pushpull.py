@@ -308,7 +308,7 @@ def _pull(input, grid, dim, opts, prefilter):
     if prefilter:  # interpolate the samples rather than use them as spline coefficients
         input = _prefilter(input, *opts[:2])
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
-    backends.ensure_eager(_MODULE, x.device)
+    backends.ensure_eager(_MODULE, x.device, ("grid_pull", x.dtype, opts[0]))
     return restore_batch(call(_ops.grid_pull.default, x, g, *opts), batch, dtype)
 
 
@@ -376,7 +376,7 @@ def grid_push(input, grid, shape=None, interpolation="linear", bound="zero", ext
     shape = shape_arg(shape, dim, input.shape[-dim:])
     opts = resampling_options(dim, interpolation, bound, extrapolate)
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
-    backends.ensure_eager(_MODULE, x.device)
+    backends.ensure_eager(_MODULE, x.device, ("grid_push", x.dtype, opts[0]))
     out = call(_ops.grid_push.default, x, g, shape, *opts)
     if prefilter:  # the transposed filter, so that push stays the adjoint of pull
         out = _prefilter(out, *opts[:2], adjoint=True)
@@ -451,7 +451,7 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
     if prefilter:
         input = _prefilter(input, *opts[:2])
     x, g, batch, dtype = _prepare(input, grid, dim, dim + 1)
-    backends.ensure_eager(_MODULE, x.device)
+    backends.ensure_eager(_MODULE, x.device, ("grid_grad", x.dtype, opts[0]))
     return restore_batch(call(_ops.grid_grad.default, x, g, *opts), batch, dtype)
 
 

@@ -3,12 +3,9 @@
 // (core/host_output.h), fills a Call (call.h) and runs the kernel of the op and dtype from its
 // torch-free kernel library (pull.cpp, push.cpp, dot.cpp), found by name (core/binding.h).
 // The only translation unit of the module that includes torch headers: a torch upgrade
-// rebuilds it alone, and the kernel libraries are reused.
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
-#include <torch/library.h>
-
+// rebuilds it alone, and the kernel libraries are reused. Written on core/torch_api.h: built on
+// the LibTorch stable ABI where torch has what it needs (NJ_STABLE_ABI), else on the classic
+// headers, from this one source.
 #include <atomic>
 #include <string>
 #include <tuple>
@@ -17,9 +14,11 @@
 #include "core/binding.h"
 #include "core/host_output.h"
 #include "core/message.h"
+#include "core/torch_api.h"
 #include "core/tuning.h"
 #include "pushpull/checks.h"
 #include "pushpull/cpu/call.h"
+#include "pushpull/cpu/variants.h"
 #include "pushpull/geometry.h"
 #include "pushpull/tensor.h"
 
@@ -33,15 +32,15 @@ using Geom = Geometry;
 struct CpuDev {
   static constexpr const char* kDevice = "CPU";
   static constexpr bool kHalf = false;
-  static bool on_device(const at::Tensor& t) { return t.is_cpu(); }
+  static bool on_device(const api::Tensor& t) { return t.is_cpu(); }
 };
-inline int64_t check_grid(const at::Tensor& grid) { return checks::check_grid<CpuDev>(grid); }
-inline int64_t check_affine(const at::Tensor& affine) {
+inline int64_t check_grid(const api::Tensor& grid) { return checks::check_grid<CpuDev>(grid); }
+inline int64_t check_affine(const api::Tensor& affine) {
   return checks::check_affine<CpuDev>(affine);
 }
-inline int64_t check_affine_resample(const at::Tensor& input, const char* layout,
-                                     const at::Tensor& affine, at::IntArrayRef shape,
-                                     at::IntArrayRef order, at::IntArrayRef bound) {
+inline int64_t check_affine_resample(const api::Tensor& input, const char* layout,
+                                     const api::Tensor& affine, api::IntArg shape,
+                                     api::IntArg order, api::IntArg bound) {
   return checks::check_affine_resample<CpuDev>(input, layout, affine, shape, order, bound);
 }
 using checks::check_channels;
@@ -54,9 +53,9 @@ using checks::resampled_size;
 
 // Geometry of B batches of points of spatial shape `pts`, options, and the source tensor's
 // sizes/strides (spatial dims only). No grid strides: see make_geom.
-Geom make_points_geom(int64_t B, at::IntArrayRef pts, int64_t D, int64_t C,
-                      at::IntArrayRef src_size, at::IntArrayRef src_stride, at::IntArrayRef order,
-                      at::IntArrayRef bound, bool extrapolate) {
+Geom make_points_geom(int64_t B, api::IntRef pts, int64_t D, int64_t C, api::IntRef src_size,
+                      api::IntRef src_stride, api::IntRef order, api::IntRef bound,
+                      bool extrapolate) {
   Geom G;
   set_points(G, B, pts, D, order, bound, extrapolate);
   G.C = C;
@@ -65,9 +64,8 @@ Geom make_points_geom(int64_t B, at::IntArrayRef pts, int64_t D, int64_t C,
 }
 
 // Geometry from the grid, options, and the source tensor's sizes/strides (spatial dims only).
-Geom make_geom(const at::Tensor& grid, int64_t D, int64_t C, at::IntArrayRef src_size,
-               at::IntArrayRef src_stride, at::IntArrayRef order, at::IntArrayRef bound,
-               bool extrapolate) {
+Geom make_geom(const api::Tensor& grid, int64_t D, int64_t C, api::IntRef src_size,
+               api::IntRef src_stride, api::IntRef order, api::IntRef bound, bool extrapolate) {
   Geom G = make_points_geom(grid.size(0), grid.sizes().slice(1, D), D, C, src_size, src_stride,
                             order, bound, extrapolate);
   set_grid_strides(G, grid.strides());
@@ -75,8 +73,8 @@ Geom make_geom(const at::Tensor& grid, int64_t D, int64_t C, at::IntArrayRef src
 }
 
 // The checks and geometry of a gather from input [B, C, *S] at the points of `grid`.
-Geom gather_geom(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
-                 at::IntArrayRef bound, bool extrapolate) {
+Geom gather_geom(const api::Tensor& input, const api::Tensor& grid, api::IntRef order,
+                 api::IntRef bound, bool extrapolate) {
   const int64_t D = check_grid(grid);
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_options(order, bound, D);
@@ -85,7 +83,7 @@ Geom gather_geom(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRe
 }
 
 // Strides of a per-point tensor [B, C, *O(, D)], internal order.
-PointStrides point_strides(const at::Tensor& t, int64_t D, bool with_d) {
+PointStrides point_strides(const api::Tensor& t, int64_t D, bool with_d) {
   PointStrides ps{t.stride(0), t.stride(1), {0, 0, 0}, with_d ? t.stride(-1) : 0};
   for (int64_t d = 0; d < D; ++d) ps.s[3 - D + d] = t.stride(2 + d);
   return ps;
@@ -97,53 +95,57 @@ Call make_call(const Geom& G) {
   return c;
 }
 
-void set_source_ptr(Call& c, const at::Tensor& t) {
+void set_source_ptr(Call& c, const api::Tensor& t) {
   c.src = t.const_data_ptr();
   c.sB = t.stride(0);
   c.sC = t.stride(1);
 }
 
-void set_affine(Call& c, const at::Tensor& affine) {
+void set_affine(Call& c, const api::Tensor& affine) {
   c.mat = affine.const_data_ptr();
   c.mB = affine.stride(0);
   c.mR = affine.stride(1);
   c.mC = affine.stride(2);
 }
 
-void set_out(Call& c, const at::Tensor& out) {
+void set_out(Call& c, const api::Tensor& out) {
   c.out = out.data_ptr();
   c.out_numel = out.numel();
 }
 
-// Run kernel `op` (an entry of a pushpull kernel library) for `dtype`; `slots` caches the two
-// entries (float32, float64) of the op's call site.
-void run_kernel(const char* op, std::atomic<nj_kernel_fn>* slots, at::ScalarType dtype,
+// Run kernel `op` for `dtype` from the kernel library of the call's variant (variants.h: the
+// fast path the call takes, from the op's fast paths `mask`); `slots` caches the entries of the
+// op's call site, one per dtype and variant.
+void run_kernel(const char* op, int mask, std::atomic<nj_kernel_fn>* slots, api::ScalarType dtype,
                 const Call& call) {
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble,
-              "nitorch_jit CPU kernels take float32 or float64, got ", msg::dt(dtype));
-  const int i = dtype == at::kDouble ? 1 : 0;
-  nj_kernel_fn fn = slots[i].load(std::memory_order_acquire);
+  NJ_CHECK(dtype == api::kFloat || dtype == api::kDouble,
+           "nitorch_jit CPU kernels take float32 or float64, got ", msg::dt(dtype));
+  const bool f64 = dtype == api::kDouble;
+  const Variant v = variant_of(call.G, dtype_mask(mask, f64));
+  std::atomic<nj_kernel_fn>& slot = slots[(f64 ? kNumVariants : 0) + v.index()];
+  nj_kernel_fn fn = slot.load(std::memory_order_acquire);
   if (fn == nullptr) {
-    const std::string name = std::string("pushpull.") + op + (i ? ".float64" : ".float32");
-    fn = binding::kernel(slots[i], name.c_str());
+    const std::string name =
+        std::string("pushpull.") + op + (f64 ? ".float64." : ".float32.") + v.name();
+    fn = binding::kernel(slot, name.c_str());
   }
   binding::run(fn, &call);
 }
 
-#define NJ_RUN(op, dtype, call)                      \
-  do {                                               \
-    static std::atomic<nj_kernel_fn> slots_[2] = {}; \
-    run_kernel(#op, slots_, dtype, call);            \
+#define NJ_RUN(op, dtype, call)                                      \
+  do {                                                               \
+    static std::atomic<nj_kernel_fn> slots_[2 * kNumVariants] = {};  \
+    run_kernel(#op, kFast_##op, slots_, dtype, call);                \
   } while (0)
 
 // ---- the ops, in the order of nitorch_jit/backends/schemas.py
 
-at::Tensor grid_pull(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
-                     at::IntArrayRef bound, bool extrapolate) {
+api::Tensor grid_pull(const api::Tensor& input, const api::Tensor& grid, api::IntArg order,
+                     api::IntArg bound, bool extrapolate) {
   const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  at::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, false), grid.options());
+  api::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, false), grid);
   if (out.numel() == 0) return out;
-  if (G.empty_source()) return out.zero_();
+  if (G.empty_source()) return api::zero_(out);
   Call c = make_call(G);
   c.grid = grid.const_data_ptr();
   set_source_ptr(c, input);
@@ -152,12 +154,12 @@ at::Tensor grid_pull(const at::Tensor& input, const at::Tensor& grid, at::IntArr
   return out;
 }
 
-at::Tensor grid_grad(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
-                     at::IntArrayRef bound, bool extrapolate) {
+api::Tensor grid_grad(const api::Tensor& input, const api::Tensor& grid, api::IntArg order,
+                     api::IntArg bound, bool extrapolate) {
   const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  at::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, true), grid.options());
+  api::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, true), grid);
   if (out.numel() == 0) return out;
-  if (G.empty_source()) return out.zero_();
+  if (G.empty_source()) return api::zero_(out);
   Call c = make_call(G);
   c.grid = grid.const_data_ptr();
   set_source_ptr(c, input);
@@ -167,14 +169,14 @@ at::Tensor grid_grad(const at::Tensor& input, const at::Tensor& grid, at::IntArr
 }
 
 // affine_pull: the points are the voxels of `shape`, their coordinates affine[b] @ (i, 1).
-at::Tensor affine_pull(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
-                       at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+api::Tensor affine_pull(const api::Tensor& input, const api::Tensor& affine, api::IntArg shape,
+                       api::IntArg order, api::IntArg bound, bool extrapolate) {
   const int64_t D = check_affine_resample(input, "[B, C, *S]", affine, shape, order, bound);
-  at::Tensor out = empty_output(resampled_size(input, shape), input.options());
+  api::Tensor out = empty_output(resampled_size(input, shape), input);
   if (out.numel() == 0) return out;
   const Geom G = make_points_geom(input.size(0), shape, D, input.size(1), input.sizes().slice(2),
                                   input.strides().slice(2), order, bound, extrapolate);
-  if (G.empty_source()) return out.zero_();
+  if (G.empty_source()) return api::zero_(out);
   Call c = make_call(G);
   set_affine(c, affine);
   set_source_ptr(c, input);
@@ -184,14 +186,14 @@ at::Tensor affine_pull(const at::Tensor& input, const at::Tensor& affine, at::In
 }
 
 template <bool kGrad>
-at::Tensor push_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef shape,
-                     at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+api::Tensor push_impl(const api::Tensor& input, const api::Tensor& grid, api::IntArg shape,
+                     api::IntArg order, api::IntArg bound, bool extrapolate) {
   const int64_t D = check_grid(grid);
   check_tensor(input, "input", grid, D, kGrad, kGrad ? "[B, C, *O, D]" : "[B, C, *O]");
   check_point_shape(input, "input", grid, D);
   check_options(order, bound, D);
   check_shape(shape, D);
-  at::Tensor out = zeros_output(resampled_size(input, shape), grid.options());
+  api::Tensor out = zeros_output(resampled_size(input, shape), grid);
   if (out.numel() == 0) return out;
   std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
   const Geom G = make_geom(grid, D, input.size(1), shape, ostride, order, bound, extrapolate);
@@ -207,27 +209,27 @@ at::Tensor push_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArr
   return out;
 }
 
-at::Tensor grid_push(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef shape,
-                     at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+api::Tensor grid_push(const api::Tensor& input, const api::Tensor& grid, api::IntArg shape,
+                     api::IntArg order, api::IntArg bound, bool extrapolate) {
   return push_impl<false>(input, grid, shape, order, bound, extrapolate);
 }
 
-at::Tensor grid_pushgrad(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef shape,
-                         at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+api::Tensor grid_pushgrad(const api::Tensor& input, const api::Tensor& grid, api::IntArg shape,
+                         api::IntArg order, api::IntArg bound, bool extrapolate) {
   return push_impl<true>(input, grid, shape, order, bound, extrapolate);
 }
 
 template <bool kHess>
-at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
-                    at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+api::Tensor dot_impl(const api::Tensor& weight, const api::Tensor& input, const api::Tensor& grid,
+                    api::IntArg order, api::IntArg bound, bool extrapolate) {
   const Geom G = gather_geom(input, grid, order, bound, extrapolate);
   const int64_t D = G.D;
   check_tensor(weight, "weight", grid, D, kHess, kHess ? "[B, C, *O, D]" : "[B, C, *O]");
   check_point_shape(weight, "weight", grid, D);
   check_channels(weight, "weight", input);
-  at::Tensor out = empty_output(grid.sizes(), grid.options());  // [B, *O, D]
+  api::Tensor out = empty_output(grid.sizes(), grid);  // [B, *O, D]
   if (out.numel() == 0) return out;
-  if (G.empty_source() || G.C == 0) return out.zero_();
+  if (G.empty_source() || G.C == 0) return api::zero_(out);
   Call c = make_call(G);
   c.grid = grid.const_data_ptr();
   set_source_ptr(c, input);
@@ -241,38 +243,40 @@ at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at:
   return out;
 }
 
-at::Tensor grid_grad_dot(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
-                         at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+api::Tensor grid_grad_dot(const api::Tensor& weight, const api::Tensor& input, const api::Tensor& grid,
+                         api::IntArg order, api::IntArg bound, bool extrapolate) {
   return dot_impl<false>(weight, input, grid, order, bound, extrapolate);
 }
 
-at::Tensor grid_hess_dot(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
-                         at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+api::Tensor grid_hess_dot(const api::Tensor& weight, const api::Tensor& input, const api::Tensor& grid,
+                         api::IntArg order, api::IntArg bound, bool extrapolate) {
   return dot_impl<true>(weight, input, grid, order, bound, extrapolate);
 }
 
-std::tuple<at::Tensor, at::Tensor> grid_pull_backward(const at::Tensor& grad,
-                                                      const at::Tensor& input,
-                                                      const at::Tensor& grid,
-                                                      at::IntArrayRef order,
-                                                      at::IntArrayRef bound, bool extrapolate) {
+std::tuple<api::Tensor, api::Tensor> grid_pull_backward(const api::Tensor& grad,
+                                                      const api::Tensor& input,
+                                                      const api::Tensor& grid,
+                                                      api::IntArg order,
+                                                      api::IntArg bound, bool extrapolate) {
   const int64_t D = check_grid(grid);
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(grad, "grad", grid, D, false, "[B, C, *O]");
   check_point_shape(grad, "grad", grid, D);
   check_channels(grad, "grad", input);
   check_options(order, bound, D);
-  at::Tensor gin = zeros_output(input.sizes(), grid.options());
+  api::Tensor gin = zeros_output(input.sizes(), grid);
   std::vector<int64_t> gsize(grid.sizes().begin(), grid.sizes().end());
-  at::Tensor ggrid = empty_output(gsize, grid.options());
+  api::Tensor ggrid = empty_output(gsize, grid);
   if (ggrid.numel() == 0) return {gin, ggrid};
-  if (gin.numel() == 0) return {gin, ggrid.zero_()};  // no channel or an empty source
-  const at::Tensor src = spatially_contiguous(input, D);
-  const Geom G = make_geom(grid, D, src.size(1), src.sizes().slice(2), src.strides().slice(2),
-                           order, bound, extrapolate);
+  if (gin.numel() == 0) return {gin, api::zero_(ggrid)};  // no channel or an empty source
+  const SpatiallyContiguous src = spatially_contiguous(input, D);
+  const Geom G = make_geom(grid, D, input.size(1), src.data.sizes().slice(2),
+                           src.data.strides().slice(2), order, bound, extrapolate);
   Call c = make_call(G);
   c.grid = grid.const_data_ptr();
-  set_source_ptr(c, src);
+  c.src = src.data.const_data_ptr();
+  c.sB = src.sB;
+  c.sC = src.sC;
   c.pts = grad.const_data_ptr();
   c.ps = point_strides(grad, D, false);
   set_out(c, gin);
@@ -283,10 +287,10 @@ std::tuple<at::Tensor, at::Tensor> grid_pull_backward(const at::Tensor& grad,
 
 // affine_push: the adjoint of affine_pull. input [B, C, *O] holds one value per output voxel of
 // the pull; they are splatted at affine[b] @ (i, 1) into [B, C, *shape].
-at::Tensor affine_push(const at::Tensor& input, const at::Tensor& affine, at::IntArrayRef shape,
-                       at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+api::Tensor affine_push(const api::Tensor& input, const api::Tensor& affine, api::IntArg shape,
+                       api::IntArg order, api::IntArg bound, bool extrapolate) {
   const int64_t D = check_affine_resample(input, "[B, C, *O]", affine, shape, order, bound);
-  at::Tensor out = zeros_output(resampled_size(input, shape), input.options());
+  api::Tensor out = zeros_output(resampled_size(input, shape), input);
   if (out.numel() == 0) return out;
   std::vector<int64_t> ostride(out.strides().begin() + 2, out.strides().end());
   const Geom G = make_points_geom(input.size(0), input.sizes().slice(2), D, input.size(1), shape,
@@ -301,15 +305,16 @@ at::Tensor affine_push(const at::Tensor& input, const at::Tensor& affine, at::In
 }
 
 // d<weight, affine_pull(input, affine)> / d affine: [B, D, D + 1].
-at::Tensor affine_grad_dot(const at::Tensor& weight, const at::Tensor& input,
-                           const at::Tensor& affine, at::IntArrayRef order, at::IntArrayRef bound,
+api::Tensor affine_grad_dot(const api::Tensor& weight, const api::Tensor& input,
+                           const api::Tensor& affine, api::IntArg order, api::IntArg bound,
                            bool extrapolate) {
   const int64_t D = check_affine(affine);
   check_tensor(input, "input", affine, D, false, "[B, C, *S]", "affine");
   check_tensor(weight, "weight", affine, D, false, "[B, C, *O]", "affine");
   check_channels(weight, "weight", input);
   check_options(order, bound, D);
-  at::Tensor out = at::zeros({affine.size(0), D, D + 1}, affine.options());
+  const std::vector<int64_t> osize = {affine.size(0), D, D + 1};
+  api::Tensor out = zeros_output(osize, affine);
   const Geom G = make_points_geom(input.size(0), weight.sizes().slice(2), D, input.size(1),
                                   input.sizes().slice(2), input.strides().slice(2), order, bound,
                                   extrapolate);
@@ -333,16 +338,16 @@ at::Tensor affine_grad_dot(const at::Tensor& weight, const at::Tensor& input,
 NJ_DEFINE_SET_TUNING()        // the process's knobs, read by every kernel library (core/host.h)
 NJ_DEFINE_BINDING_EXPORTS()   // kernels bound by name, and the resolver (core/binding.h)
 
-TORCH_LIBRARY_IMPL(nitorch_jit, CPU, m) {
+NJ_LIBRARY_IMPL(nitorch_jit, CPU, m) {
   using namespace nitorch_jit::pushpull::cpu;
-  m.impl("grid_pull", &grid_pull);
-  m.impl("grid_push", &grid_push);
-  m.impl("grid_grad", &grid_grad);
-  m.impl("grid_pushgrad", &grid_pushgrad);
-  m.impl("grid_grad_dot", &grid_grad_dot);
-  m.impl("grid_hess_dot", &grid_hess_dot);
-  m.impl("grid_pull_backward", &grid_pull_backward);
-  m.impl("affine_pull", &affine_pull);
-  m.impl("affine_push", &affine_push);
-  m.impl("affine_grad_dot", &affine_grad_dot);
+  NJ_IMPL(m, "grid_pull", &grid_pull);
+  NJ_IMPL(m, "grid_push", &grid_push);
+  NJ_IMPL(m, "grid_grad", &grid_grad);
+  NJ_IMPL(m, "grid_pushgrad", &grid_pushgrad);
+  NJ_IMPL(m, "grid_grad_dot", &grid_grad_dot);
+  NJ_IMPL(m, "grid_hess_dot", &grid_hess_dot);
+  NJ_IMPL(m, "grid_pull_backward", &grid_pull_backward);
+  NJ_IMPL(m, "affine_pull", &affine_pull);
+  NJ_IMPL(m, "affine_push", &affine_push);
+  NJ_IMPL(m, "affine_grad_dot", &affine_grad_dot);
 }

@@ -8,9 +8,8 @@ namespace pushpull {
 namespace cpu {
 namespace {
 
-constexpr int kGradDotFast = (1 << 1) | (1 << 2) | (1 << 3);
-// hess_dot (second-order backward of grid_grad) is rarely hot: generic path only (build time)
-constexpr int kHessDotFast = 0;
+// (fast paths: kernels.def; hess_dot, the second-order backward of grid_grad, is rarely hot:
+// generic path only)
 
 // out[b, p, d] = sum_c weight[b, c, p] * grad(input)[b, c, p, d]
 template <typename T>
@@ -128,7 +127,7 @@ void grid_grad_dot(const Call& c) {
   const Geom& G = c.G;
   GradDotOp<T> op{in_ptr<T>(c.pts), c.ps, in_ptr<T>(c.src), c.sB, c.sC, out_ptr<T>(c.out),
                   G.C, G.P, G.D};
-  gather_run<T, 1, kGradDotFast>(G, in_ptr<T>(c.grid), op);
+  gather_run<T, 1, kFast_grid_grad_dot>(G, in_ptr<T>(c.grid), op);
 }
 
 template <typename T>
@@ -136,7 +135,7 @@ void grid_hess_dot(const Call& c) {
   const Geom& G = c.G;
   HessDotOp<T> op{in_ptr<T>(c.pts), c.ps, in_ptr<T>(c.src), c.sB, c.sC, out_ptr<T>(c.out),
                   G.C, G.P, G.D};
-  gather_run<T, 2, kHessDotFast>(G, in_ptr<T>(c.grid), op);
+  gather_run<T, 2, kFast_grid_hess_dot>(G, in_ptr<T>(c.grid), op);
 }
 
 // d<weight, affine_pull(input, affine)> / d affine: [B, D, D + 1] (out, strides out_stride), a
@@ -150,7 +149,7 @@ void affine_grad_dot(const Call& c) {
   std::memset(static_cast<void*>(part.get()), 0, sizeof(T) * rows * D * 2);
   GradDotOp<T> dot{in_ptr<T>(c.pts), c.ps, in_ptr<T>(c.src), c.sB, c.sC, nullptr, G.C, G.P, G.D};
   AffineDotOp<T> op{dot, part.get(), n0, n1};
-  rows_run<T, 1, kGradDotFast>(G, affine_coords<T>(c), op);
+  rows_run<T, 1, kFast_affine_grad_dot>(G, affine_coords<T>(c), op);
   // combine the rows (in float64): column j < D - 1 weighs a row by its outer index i_j
   const T* pp = part.get();
   T* out = out_ptr<T>(c.out);

@@ -10,12 +10,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "core/host.h"
 #include "core/parallel.h"
 #include "core/tuning.h"
 #include "pushpull/cpu/call.h"
+#include "pushpull/cpu/variants.h"
 #include "pushpull/geometry.h"
 #include "pushpull/point.h"
 
@@ -313,39 +316,43 @@ void run_points(const Geom& G, const Src& src, int64_t begin, int64_t end, const
 template <int V>
 using IC = std::integral_constant<int, V>;
 
-template <int O, class F>
-inline bool with_dim(int D, F&& f) {
-  // 1-D problems are small: they take the generic path (fewer instantiations, faster builds)
-  switch (D) {
-    case 2: f(IC<O>{}, IC<2>{}); return true;
-    case 3: f(IC<O>{}, IC<3>{}); return true;
-    default: return false;
-  }
-}
-
+// Calls f(IC<O>, IC<DIM>) with the call's variant (variants.h): the fast path "every dim of
+// order O" in DIM dims, or O = -1 for the generic path. MASK: the op's fast paths for this dtype.
+// A one-variant kernel library instantiates its own only, and refuses a call of another (the
+// binding picks the library with the same variant_of).
 template <int MASK, class F>
 inline void with_variant(const Geom& G, F&& f) {
-  const int o = G.order[G.first()];
-  bool iso = true;
-  for (int k = G.first(); k < 3; ++k) iso = iso && (G.order[k] == o);
-  if (iso) {
-    if constexpr ((MASK & 1) != 0)
-      if (o == 0 && with_dim<0>(G.D, f)) return;
-    if constexpr ((MASK & 2) != 0)
-      if (o == 1 && with_dim<1>(G.D, f)) return;
-    if constexpr ((MASK & 4) != 0)
-      if (o == 2 && with_dim<2>(G.D, f)) return;
-    if constexpr ((MASK & 8) != 0)
-      if (o == 3 && with_dim<3>(G.D, f)) return;
+  const Variant v = variant_of(G, MASK);
+#if defined(NJ_KERNEL_ORDER)
+  if (!(v == Variant{NJ_KERNEL_ORDER, NJ_KERNEL_ORDER < 0 ? 0 : NJ_KERNEL_DIM}))
+    throw std::logic_error("nitorch_jit: a " + v.name() + " call reached the kernel library of "
+                           "another variant");
+  if constexpr (NJ_KERNEL_ORDER < 0)
+    f(IC<-1>{}, IC<0>{});
+  else
+    f(IC<NJ_KERNEL_ORDER>{}, IC<NJ_KERNEL_DIM>{});
+#else
+  auto fast = [&](auto O) {
+    if (v.dim == 2)
+      f(O, IC<2>{});
+    else
+      f(O, IC<3>{});
+  };
+  switch (v.order) {
+    case 0: if constexpr ((MASK & 1) != 0) return fast(IC<0>{}); break;
+    case 1: if constexpr ((MASK & 2) != 0) return fast(IC<1>{}); break;
+    case 2: if constexpr ((MASK & 4) != 0) return fast(IC<2>{}); break;
+    case 3: if constexpr ((MASK & 8) != 0) return fast(IC<3>{}); break;
+    default: break;
   }
   f(IC<-1>{}, IC<0>{});
+#endif
 }
 
-// float64 keeps only the order-1 and order-3 fast paths (float64 is for accuracy more than
-// speed; this cuts the build time by ~1/5); other float64 cases take the generic path.
+// The op's fast paths for dtype T (variants.h).
 template <typename T>
 constexpr int dtype_mask(int mask) {
-  return sizeof(T) == 4 ? mask : (mask & ((1 << 1) | (1 << 3)));
+  return cpu::dtype_mask(mask, sizeof(T) == 8);
 }
 
 // Gather ops (one output per point, no conflicts): parallel over points.

@@ -14,10 +14,6 @@ namespace pushpull {
 namespace cpu {
 namespace {
 
-// Fast paths: every dim of order 0, 1, 2 or 3.
-constexpr int kPullFast = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3);
-constexpr int kGradFast = (1 << 1) | (1 << 2) | (1 << 3);
-
 template <typename T>
 struct PullOp {
   const T* in;
@@ -196,10 +192,11 @@ void pull1_avx2_run(const Geom& G, const Coords& co, const PullOp<float>& op) {
         kernel.row(pt, gp, count);
       });
     };
-    if (G.D == 3)
-      run(Pull1Avx2<3>(G, op));
-    else
-      run(Pull1Avx2<2>(G, op));
+    if (G.D == 3) {
+      if constexpr (variant_has(1, 3)) run(Pull1Avx2<3>(G, op));
+    } else {
+      if constexpr (variant_has(1, 2)) run(Pull1Avx2<2>(G, op));
+    }
   });
 }
 #endif  // AVX2 path
@@ -208,8 +205,8 @@ void pull1_avx2_run(const Geom& G, const Coords& co, const PullOp<float>& op) {
 template <typename T, class Src>
 bool try_pull1_avx2(const Geom& G, const Src& src, const PullOp<T>& op) {
 #ifdef NJ_PULL1_AVX2
-  if constexpr (std::is_same<T, float>::value) {
-    if (!pull1_avx2_usable(G)) return false;
+  if constexpr (std::is_same<T, float>::value && (variant_has(1, 2) || variant_has(1, 3))) {
+    if (!pull1_avx2_usable(G) || !variant_has(1, G.D)) return false;
     pull1_avx2_run(G, coords_of(src), op);
     return true;
   }
@@ -230,14 +227,14 @@ void grid_pull(const Call& c) {
   if (try_pull_avx2<T>(G, grid, op)) return;
 #endif
   if (try_pull1_avx2(G, grid, op)) return;
-  gather_run<T, 0, kPullFast>(G, grid, op);
+  gather_run<T, 0, kFast_grid_pull>(G, grid, op);
 }
 
 template <typename T>
 void grid_grad(const Call& c) {
   const Geom& G = c.G;
   GradOp<T> op{in_ptr<T>(c.src), c.sB, c.sC, out_ptr<T>(c.out), G.C, G.P, G.D};
-  gather_run<T, 1, kGradFast>(G, in_ptr<T>(c.grid), op);
+  gather_run<T, 1, kFast_grid_grad>(G, in_ptr<T>(c.grid), op);
 }
 
 // affine_pull: the points are the voxels of the output, their coordinates affine[b] @ (i, 1).
@@ -250,7 +247,7 @@ void affine_pull(const Call& c) {
   if (try_pull_avx2<T>(G, co, op)) return;
 #endif
   if (try_pull1_avx2(G, co, op)) return;
-  gather_run<T, 0, kPullFast>(G, co, op);
+  gather_run<T, 0, kFast_affine_pull>(G, co, op);
 }
 
 }  // namespace

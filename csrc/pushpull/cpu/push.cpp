@@ -11,9 +11,6 @@ namespace pushpull {
 namespace cpu {
 namespace {
 
-constexpr int kPushFast = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3);
-constexpr int kPushGradFast = (1 << 1) | (1 << 3);
-
 template <typename T, class Add>
 struct PushOp {
   const T* in;
@@ -61,8 +58,9 @@ struct PushGradOp {
   void empty(const Point&) const {}
 };
 
-// grid_push (kGrad false) and grid_pushgrad; the output is zeroed by the binding.
-template <typename T, bool kGrad, class Src>
+// grid_push (kGrad false) and grid_pushgrad, with the op's fast paths MASK; the output is
+// zeroed by the binding.
+template <typename T, bool kGrad, int MASK, class Src>
 void push_run(const Call& c, const Src& src) {
   const Geom& G = c.G;
   const int64_t N = G.src[0] * G.src[1] * G.src[2];
@@ -77,15 +75,13 @@ void push_run(const Call& c, const Src& src) {
     else
       return PushOp<T, Add>{ip, is, dst, C, N};
   };
-  scatter_run<T, kGrad ? 1 : 0, kGrad ? kPushGradFast : kPushFast>(G, src, out_ptr<T>(c.out),
-                                                                    c.out_numel, make_op);
+  scatter_run<T, kGrad ? 1 : 0, MASK>(G, src, out_ptr<T>(c.out), c.out_numel, make_op);
 }
 
 // grid_pull_backward. Each point's grid coordinates and incoming gradient are read once and its
 // tap lists (weights and derivatives) built once; the grid gradient of a point is written by
 // the thread that owns it. Same fast paths as pushgrad (orders 1 and 3): the common backward
 // orders, few instantiations.
-constexpr int kPullBackFast = (1 << 1) | (1 << 3);
 
 template <typename T, class Add>
 struct PullBackOp {
@@ -139,19 +135,19 @@ struct PullBackOp {
 
 template <typename T>
 void grid_push(const Call& c) {
-  push_run<T, false>(c, in_ptr<T>(c.grid));
+  push_run<T, false, kFast_grid_push>(c, in_ptr<T>(c.grid));
 }
 
 template <typename T>
 void grid_pushgrad(const Call& c) {
-  push_run<T, true>(c, in_ptr<T>(c.grid));
+  push_run<T, true, kFast_grid_pushgrad>(c, in_ptr<T>(c.grid));
 }
 
 // affine_push: the adjoint of affine_pull. The point-wise input [B, C, *O] holds one value per
 // output voxel of the pull; they are splatted at affine[b] @ (i, 1) into [B, C, *shape].
 template <typename T>
 void affine_push(const Call& c) {
-  push_run<T, false>(c, affine_coords<T>(c));
+  push_run<T, false, kFast_affine_push>(c, affine_coords<T>(c));
 }
 
 // grid_pull_backward: grad_input (out, zeroed, [B, C, *S] contiguous) and grad_grid (out2).
@@ -168,7 +164,7 @@ void grid_pull_backward(const Call& c) {
   auto make_op = [&](T* dst, auto add) {
     return PullBackOp<T, decltype(add)>{gp, gs, ip, sB, sC, dst, ggp, C, N, P, Dint};
   };
-  scatter_run<T, 1, kPullBackFast>(G, in_ptr<T>(c.grid), out_ptr<T>(c.out), c.out_numel,
+  scatter_run<T, 1, kFast_grid_pull_backward>(G, in_ptr<T>(c.grid), out_ptr<T>(c.out), c.out_numel,
                                    make_op);
 }
 

@@ -266,7 +266,7 @@ std::tuple<at::Tensor, at::Tensor> pullback_impl(const at::Tensor& grad, const a
   if (ggrid.numel() > 0 && buf.numel() == 0) ggrid.zero_();  // no channel or an empty source
   if (ggrid.numel() > 0 && buf.numel() > 0) {
     // the taps' offsets address both the input and the contiguous buffer
-    const at::Tensor src = spatially_contiguous(input, D);
+    const at::Tensor src = spatially_contiguous(input, D).data.expand(input.sizes());
     Params p = make_params(grid, src, D, order, bound, extrapolate);
     set_gather_source(p, src);
     set_point_tensor(p, grad, false);

@@ -118,25 +118,29 @@ bool try_pull_avx2(const Geom& G, const Src& src, const Op& op) {
   const int o3 = o2 == 0 ? fast3d_avx2_order(Gk) : 0;
   if (o2 == 0 && o3 == 0) return false;
   if (std::is_same_v<T, double> && o3 == 0) return false;
+  // a one-variant kernel library holds the vector path of its own variant only (variants.h)
+  if (!(o2 ? variant_has(o2, 2) : variant_has(o3, 3))) return false;
   const int64_t tile = row_tile(G, sizeof(T));
   auto kernel_rows = [&](auto&& walk) {
     auto run = [&](auto kernel) {
       walk([&](Point pt, const auto& r, int64_t count) { kernel.row(pt, r, count); });
     };
     if constexpr (std::is_same_v<T, float>) {
-      if (o3 == 1)
-        run(Pull3dAvx2<Op>(G, op));
-      else if (o3 == 3)
-        run(Pull3dCubicAvx2<float, Op>(G, op));
-      else if (o2 == 1)
-        run(Pull2dLinearAvx2<Op>(G, op));
-      else
-        run(Pull2dCubicAvx2<Op>(G, op));
+      if (o3 == 1) {
+        if constexpr (variant_has(1, 3)) run(Pull3dAvx2<Op>(G, op));
+      } else if (o3 == 3) {
+        if constexpr (variant_has(3, 3)) run(Pull3dCubicAvx2<float, Op>(G, op));
+      } else if (o2 == 1) {
+        if constexpr (variant_has(1, 2)) run(Pull2dLinearAvx2<Op>(G, op));
+      } else {
+        if constexpr (variant_has(3, 2)) run(Pull2dCubicAvx2<Op>(G, op));
+      }
     } else {
-      if (o3 == 1)
-        run(Pull3dLinearAvx2d<Op>(G, op));
-      else
-        run(Pull3dCubicAvx2<double, Op>(G, op));
+      if (o3 == 1) {
+        if constexpr (variant_has(1, 3)) run(Pull3dLinearAvx2d<Op>(G, op));
+      } else {
+        if constexpr (variant_has(3, 3)) run(Pull3dCubicAvx2<double, Op>(G, op));
+      }
     }
   };
   if (tile == 0) {
@@ -163,12 +167,13 @@ bool try_pullback_avx2(const Geom& G, const float* grid, int64_t begin, int64_t 
     for_rows(G, coords_of(grid), begin, end,
              [&](Point pt, const auto& r, int64_t count) { kernel.row(pt, r, count); });
   };
-  if (fast2d_avx2_order(G) == 1)
-    run(PullBack2dAvx2<Op>(G, op));
-  else if (fast3d_avx2_order(G) == 1)
-    run(PullBack3dAvx2<Op>(G, op));
-  else
+  if (fast2d_avx2_order(G) == 1 && variant_has(1, 2)) {
+    if constexpr (variant_has(1, 2)) run(PullBack2dAvx2<Op>(G, op));
+  } else if (fast3d_avx2_order(G) == 1 && variant_has(1, 3)) {
+    if constexpr (variant_has(1, 3)) run(PullBack3dAvx2<Op>(G, op));
+  } else {
     return false;
+  }
   return true;
 }
 
