@@ -192,6 +192,10 @@ def run_child(cmd, root, env, timeout):
     return wall, times, built_since(root, before), error
 
 
+def _load():
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
 class Table:
     """The rows as measured: case, process s, in-process call s, CAL ratio, goal, pass."""
 
@@ -241,6 +245,7 @@ def main():
     if args.upgrade_python and not shutil.which(args.upgrade_python):
         ap.error(f"--upgrade-python: {args.upgrade_python!r} is not an executable")
     import torch  # here: --help and bad arguments need no torch
+    started, load_before = time.gmtime(), _load()
     env = {"NI_COMPILED_BACKEND": args.backend, "NI_USE_CUDA": "0"}
     work = Path(tempfile.mkdtemp(prefix="nitorch_jit_first_use_"))
     py = sys.executable
@@ -317,10 +322,11 @@ def main():
     print_table(table.rows, Table.headers)
     for note in notes:
         print("note:", note)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     write_record(args.record, "First use, in CAL", Table.headers, table.rows,
-                 measured=f"one run at {time.strftime('%H:%M', time.gmtime())} UTC, load "
-                          f"{load:.1f} at its end; {cal_text}; children on "
+                 measured=f"one run, {time.strftime('%H:%M', started)}–"
+                          f"{time.strftime('%H:%M', time.gmtime())} UTC, 1-minute load "
+                          f"{load_before:.1f} at its start, {_load():.1f} at its end; "
+                          f"{cal_text}; children on "
                           f"NI_COMPILED_BACKEND={args.backend}"
                           + "".join(f"; {n}" for n in notes))
     return 0
