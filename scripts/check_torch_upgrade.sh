@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Two real PyTorch releases sharing one cache root: the second rebuilds into a new entry, both
-# entries coexist, going back to the first loads without a build, and `cache clear --stale` in
-# one environment removes the other's entry.
+# Two real PyTorch releases sharing one cache root: the second rebuilds the binding into a new
+# entry and reuses the torch-free kernel library of the first (issue 31), both bindings coexist,
+# going back to the first loads without a build, and `cache clear --stale` in one environment
+# removes the other's binding and keeps the kernels.
 #
 # usage: scripts/check_torch_upgrade.sh            (venvs and cache under $WORK, default /tmp)
 #   TORCH_A / TORCH_B   torch versions (default 2.13.0 and 2.14.1)
@@ -21,7 +22,7 @@ echo "== building the wheel"
 WHEEL=$(ls "$WORK"/dist/nitorch_jit-*.whl)
 case "$WHEEL" in *py3-none-any.whl) ;; *) echo "FAIL: not a pure wheel: $WHEEL"; exit 1;; esac
 LISTING=$(unzip -l "$WHEEL")  # (not piped into grep -q: pipefail would see unzip's SIGPIPE)
-for f in core/bounds.h lines/filter.h pushpull/cpu/pull.cpp pushpull/cpu/avx2/select.h pushpull/cuda/ops.cu; do
+for f in core/bounds.h lines/filter.h pushpull/cpu/pull.cpp pushpull/cpu/kernels.def pushpull/cpu/avx2/select.h pushpull/cuda/ops.cu; do
     grep -q "nitorch_jit/csrc/$f" <<<"$LISTING" || { echo "FAIL: wheel lacks csrc/$f"; exit 1; }
 done
 
@@ -42,21 +43,27 @@ run() {  # run VENV -> stderr in $WORK/err
     (cd "$WORK" && NI_JIT_CACHE_DIR="$CACHE" NI_USE_CUDA=0 "$1/bin/python" -c "$CALL" 2>"$WORK/err")
 }
 fail() { echo "FAIL: $*"; cat "$WORK/err"; exit 1; }
-entries() { ls -d "$CACHE"/pushpull-cpu-* 2>/dev/null | wc -l; }
+entries() { ls -d "$CACHE"/pushpull-cpu-* 2>/dev/null | wc -l; }      # bindings
+kernels() { ls -d "$CACHE"/pushpull.*-cpu-* 2>/dev/null | wc -l; }     # torch-free kernels
 
-echo "== 1. torch $TORCH_A, cold cache"
-run "$WORK/venv-a"; grep -q "compiling module 'pushpull' for CPU (no cached build)" "$WORK/err" || fail "no build"
-[ "$(entries)" = 1 ] || fail "expected 1 entry"
-echo "== 2. torch $TORCH_B, same cache: rebuilds into a new entry"
+echo "== 1. torch $TORCH_A, cold cache: the binding and the one kernel the call needs"
+run "$WORK/venv-a"; grep -q "compiling the binding of 'pushpull'" "$WORK/err" || fail "no build"
+grep -q "compiling grid_pull for 3-D order-1 float32" "$WORK/err" || fail "no kernel build"
+[ "$(entries)" = 1 ] || fail "expected 1 binding"
+[ "$(kernels)" = 1 ] || fail "expected 1 kernel library, got $(kernels)"
+echo "== 2. torch $TORCH_B, same cache: rebuilds the binding only, reuses the kernel"
 run "$WORK/venv-b"; grep -q "torch changed" "$WORK/err" || fail "no rebuild after the torch change"
-[ "$(entries)" = 2 ] || fail "expected 2 entries"
+grep -q "compiling grid_pull" "$WORK/err" && fail "the kernel was rebuilt after the torch change"
+[ "$(entries)" = 2 ] || fail "expected 2 bindings"
+[ "$(kernels)" = 1 ] || fail "expected the 1 kernel library, reused, got $(kernels)"
 echo "== 3. back to torch $TORCH_A: loads without a build"
 run "$WORK/venv-a"; [ ! -s "$WORK/err" ] || fail "expected a silent cache hit"
 echo "== 4. both entries listed"
 NI_JIT_CACHE_DIR="$CACHE" "$WORK/venv-a/bin/nitorch-jit" cache list
-echo "== 5. cache clear --stale under torch $TORCH_A removes only torch $TORCH_B's entry"
+echo "== 5. cache clear --stale under torch $TORCH_A removes only torch $TORCH_B's binding"
 NI_JIT_CACHE_DIR="$CACHE" "$WORK/venv-a/bin/nitorch-jit" cache clear --stale
-[ "$(entries)" = 1 ] || fail "expected 1 entry left"
+[ "$(entries)" = 1 ] || fail "expected 1 binding left"
+[ "$(kernels)" = 1 ] || fail "the kernel library (reachable from both) was removed"
 ls "$CACHE" | grep -q "torch$TORCH_A" || fail "torch $TORCH_A's entry was removed"
 run "$WORK/venv-a"; [ ! -s "$WORK/err" ] || fail "torch $TORCH_A's entry no longer loads"
-echo "PASS: torch upgrade rebuilds, entries coexist, stale entries clear"
+echo "PASS: torch upgrade rebuilds the binding only, kernels reused, entries coexist, stale entries clear"
