@@ -38,7 +38,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent  # the tree whose nitorch_jit is measured
 sys.path.insert(0, str(HERE))
 
+import torch  # noqa: E402
+
 from nitorch_jit.bench.report import print_table, write_record  # noqa: E402
+from nitorch_jit.jit import toolchain  # noqa: E402
 
 # The one op whose compile is the unit: the classic headers, one function, one IMPL block.
 CAL_SOURCE = """\
@@ -109,10 +112,7 @@ def cxx_std():
 
 def cal_command(src, out):
     """The compile + link command of the CAL op, with our builds' flags and torch's paths."""
-    import torch
     from torch.utils import cpp_extension
-
-    from nitorch_jit.jit import toolchain
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     omp = toolchain.openmp_flags()
     includes = [f"-I{p}" for p in cpp_extension.include_paths()]
@@ -244,7 +244,6 @@ def main():
         ap.error(f"--cal must be > 0 seconds, got {args.cal}")
     if args.upgrade_python and not shutil.which(args.upgrade_python):
         ap.error(f"--upgrade-python: {args.upgrade_python!r} is not an executable")
-    import torch  # here: --help and bad arguments need no torch
     started, load_before = time.gmtime(), _load()
     env = {"NI_COMPILED_BACKEND": args.backend, "NI_USE_CUDA": "0"}
     work = Path(tempfile.mkdtemp(prefix="nitorch_jit_first_use_"))
