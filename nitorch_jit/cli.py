@@ -4,7 +4,6 @@ import os
 import shutil
 import platform
 import sys
-import time
 
 import torch
 
@@ -39,9 +38,42 @@ def _try(fn):
         return None, str(e)
 
 
-def stale_reason(entry):
-    """None if `entry` matches this environment and sources, else the fields that differ."""
+class _CurrentKernels:
+    """The torch-free kernel entries this environment would build today (every
+    ``compiled.kernel_names`` specialisation of every module): their entry names and keys, and
+    the devices whose keys could be computed (a device without its toolkit cannot tell)."""
+
+    def __init__(self):
+        self.names, self.keys, self.devices = set(), {}, set()
+        for device in ("cpu", "cuda"):
+            try:
+                keys = {n: jit.compute_key(backends.compiled.kernel_spec(n, device))
+                        for m in MODULES for n in backends.compiled.kernel_names(m, device)}
+            except backends.compiled.BUILD_ERRORS:
+                continue
+            self.devices.add(device)
+            self.keys.update({(n, device): k for n, k in keys.items()})
+            self.names.update(jit.entry_name(k) for k in keys.values())
+
+    def reason(self, entry):
+        """None if a current key reaches torch-free `entry`, else why not."""
+        if not cache.unreachable([entry], self.names, self.devices):
+            return None
+        old = entry.manifest["key"]
+        new = self.keys.get((old.get("module"), old.get("device")))
+        if new is None:
+            return "no such kernel now"
+        return ", ".join(sorted(k for k in set(new) | set(old) if old.get(k) != new.get(k)))
+
+
+def stale_reason(entry, kernels=None):
+    """None if `entry` matches this environment and sources, else the fields that differ.
+
+    A torch-free kernel entry is judged by `kernels` (a ``_CurrentKernels``): current when a
+    key of today reaches it, whatever torch is loaded."""
     old = entry.manifest["key"]
+    if old.get("kind") == "torch-free":
+        return (kernels or _CurrentKernels()).reason(entry)
     archs = ";".join(old.get("archs") or []) or None
     new, _ = _try(lambda: jit.compute_key(backends.module_spec(old["module"], old["device"], archs)))
     if new is None:  # a tool is missing now: compare what can be computed
@@ -117,6 +149,10 @@ def cmd_info(args):
                 continue
             which, why = backends.preview(m, d)
             print(f"  {d:5s} {m:10s} {which}: {why}")
+            if which == "C":
+                line = _kernels_line(m, d)
+                if line:
+                    print(f"  {'':5s} {'':10s} {line}")
     knobs = ", ".join(f"{k}={('on' if v else 'off') if isinstance(v, bool) else int(v)}"
                       for k, v in backends.tuning.current().items())
     print(f"tuning knobs (from NI_JIT_* variables; README: Environment variables)\n  {knobs}")
@@ -134,6 +170,25 @@ def cmd_info(args):
           f"{'yes' if 'interpol' in patched() else 'no'} (compat.install(), "
           f"`python -m nitorch_jit.compat PROGRAM` or the pytest plugin serve it)")
     return 0
+
+
+def _kernels_line(module, device):
+    """What a call of `module` on `device` compiles besides its binding: 'kernels: 3 of 20
+    cached; a call compiles the one it needs, about 2 s'. None for a module without kernels."""
+    names = backends.compiled.kernel_names(module, device)
+    if not names:
+        return None
+    keys, err = _try(lambda: [jit.compute_key(backends.compiled.kernel_spec(n, device))
+                              for n in names])
+    if keys is None:
+        return f"kernels: cannot tell ({err})"
+    missing = [k for k in keys if jit.find_cached(k) is None]
+    if not missing:
+        return f"kernels: all {len(keys)} kernel libraries cached"
+    seconds, source = jit.expected_seconds(missing[0])
+    how = "" if source == "typical" else f" ({source})"
+    return (f"kernels: {len(keys) - len(missing)} of {len(keys)} kernel libraries cached; a call "
+            f"compiles the one it needs, about {max(1, round(seconds))} s{how}")
 
 
 def _shared_root():
@@ -159,33 +214,134 @@ def _print_shared(root):
           f'/nitorch_jit"')
 
 
+def _check_cuda():
+    """Raise if this CUDA toolkit cannot build for this torch (as loading a module would)."""
+    home, _ = toolchain.find_cuda_home()
+    toolchain.check_cuda_versions(toolchain.nvcc_version(home), torch.version.cuda)
+
+
+def _build_plan(modules, devices, archs):
+    """[(module, device, specs)]: each module's library first, then its kernel libraries;
+    and the number of modules that cannot even be described (said on stderr)."""
+    plan, failed = [], 0
+    for d in devices:
+        cuda_error = _try(_check_cuda)[1] if d == "cuda" else None
+        for m in modules or _modules_with_sources(d):
+            if d == "cuda" and m not in _modules_with_sources("cuda"):
+                print(f"{m} ({d}): no CUDA sources yet, skipped")
+                continue
+            specs, err = (None, cuda_error) if cuda_error else _try(lambda: [
+                backends.module_spec(m, d, archs)] + [
+                backends.compiled.kernel_spec(n, d)
+                for n in backends.compiled.kernel_names(m, d)])
+            if specs is None:
+                print(f"{m} ({d}): FAILED: {err}", file=sys.stderr)
+                failed += 1
+                continue
+            plan.append((m, d, specs))
+    return plan, failed
+
+
 def cmd_build(args):
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        print(f"unknown module {unknown[0]!r}; known: {', '.join(MODULES)}", file=sys.stderr)
+        return 2
     root = _shared_root() if args.shared else None
     devices = ["cpu"]
     if args.cuda or (not args.no_cuda and torch.version.cuda and toolchain.cuda_enabled()
                      and _try(toolchain.find_cuda_home)[0]):
         devices.append("cuda")
-    rc = 0
-    for d in devices:
-        mods = args.modules or _modules_with_sources(d)
-        for m in mods:
-            if m not in MODULES:
-                print(f"unknown module {m!r}; known: {', '.join(MODULES)}", file=sys.stderr)
-                return 2
-            if d == "cuda" and m not in _modules_with_sources("cuda"):
-                print(f"{m} ({d}): no CUDA sources yet, skipped")
-                continue
-            t = time.monotonic()
-            try:
-                path = backends.load_module(m, d, args.arch)
-                print(f"{m} ({d}): {path} [{time.monotonic() - t:.1f} s]")
-            except (toolchain.ToolchainError, jit.BuildError, jit.CacheError,
-                    backends.BackendError) as e:
-                print(f"{m} ({d}): FAILED: {e}", file=sys.stderr)
-                rc = 1
+    plan, failed = _build_plan(args.modules, devices, args.arch)
+    # one pool for every library of every module: its progress line, then one line per module
+    outcomes = iter(jit.load_all([spec for _, _, specs in plan for spec in specs]))
+    for m, d, specs in plan:
+        got = [next(outcomes) for _ in specs]
+        library, kernels = got[0], got[1:]
+        ok = sum(o.error is None for o in kernels)
+        line = f"{m} ({d}): " + (str(library.path) if library.error is None else "FAILED")
+        if kernels:
+            line += f" + {ok} of {len(kernels)} kernel libraries"
+        print(line)
+        for o in got:
+            if o.error is not None:
+                print(f"{o.spec.name} ({d}): FAILED: {o.error}", file=sys.stderr)
+        failed += any(o.error is not None for o in got)
     if root is not None:
         _print_shared(root)
-    return rc
+    return 1 if failed else 0
+
+
+def _module_of(entry):
+    """The module an entry belongs to: its own, or for a kernel library '<module>.<op>.<dtype>'
+    the part before the first dot."""
+    return str(entry.manifest["key"].get("module", "?")).split(".")[0]
+
+
+def _row(entry, reason, name=None):
+    k = entry.manifest["key"]
+    torch_free = k.get("kind") == "torch-free"
+    return (name or entry.path.name, k.get("device"), "-" if torch_free else k.get("torch"),
+            "-" if torch_free else k.get("python", "").split("-")[-1], k.get("nvcc") or "-",
+            _fmt_size(entry.size()), _fmt_age(entry.age_seconds()),
+            "yes" if reason is None else f"no ({reason})")
+
+
+def _kernel_rows(entries, reasons):
+    """One row per device for a module's kernel libraries: how many, their size, the newest,
+    and how many no current key reaches."""
+    rows = []
+    for device in sorted({e.manifest["key"].get("device") for e in entries}):
+        mine = [e for e in entries if e.manifest["key"].get("device") == device]
+        stale = [reasons[e.path] for e in mine if reasons[e.path] is not None]
+        why = sorted(set(stale))
+        rows.append((f"{len(mine)} kernel librar{'y' if len(mine) == 1 else 'ies'}", device,
+                     "-", "-", "-", _fmt_size(sum(e.size() for e in mine)),
+                     _fmt_age(min(e.age_seconds() for e in mine)),
+                     "yes" if not stale else f"no: {len(stale)} of {len(mine)} "
+                                             f"({'; '.join(why[:3])})"))
+    return rows
+
+
+def cmd_cache_list(args):
+    """`cache list`: the entries grouped by module, each module's library (binding) on its own
+    line and its torch-free kernel libraries counted (one line each with --verbose)."""
+    entries = cache.entries()
+    if not entries:
+        print(f"no entries in {', '.join(str(r) for r in cache.roots())}")
+        return 0
+    kernels = _CurrentKernels()
+    reasons = {e.path: stale_reason(e, kernels) for e in entries}
+    header = ("entry", "device", "torch", "python", "cuda", "size", "age", "matches")
+    groups = {}
+    for e in entries:
+        groups.setdefault(_module_of(e), []).append(e)
+    order = [m for m in MODULES if m in groups] + sorted(set(groups) - set(MODULES))
+    table = []  # (module or None, row): a module's header line, then its rows
+    for m in order:
+        libs = [e for e in groups[m] if e.manifest["key"].get("kind") != "torch-free"]
+        kerns = [e for e in groups[m] if e.manifest["key"].get("kind") == "torch-free"]
+        table.append((m, f"{m}: {len(groups[m])} entr{'y' if len(groups[m]) == 1 else 'ies'}, "
+                         f"{_fmt_size(sum(e.size() for e in groups[m]))}"))
+        table += [(None, _row(e, reasons[e.path])) for e in libs]
+        if args.verbose:
+            table += [(None, _row(e, reasons[e.path], "  " + e.path.name)) for e in
+                      sorted(kerns, key=lambda e: e.path.name)]
+        elif kerns:
+            table += [(None, row) for row in _kernel_rows(kerns, reasons)]
+    rows = [header] + [row for head, row in table if head is None]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
+    fmt = lambda r: "  " + "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+    roots = sorted({str(e.path.parent) for e in entries})
+    print(f"{len(entries)} entries in {', '.join(roots)}, "
+          f"{_fmt_size(sum(e.size() for e in entries))}")
+    print(fmt(header))
+    for head, row in table:
+        print(row if head is not None else fmt(row))
+    if not args.verbose and any(e.manifest["key"].get("kind") == "torch-free" for e in entries):
+        print("(kernel libraries are keyed on compiler, flags and sources, not on torch; "
+              "--verbose lists each)")
+    return 0
 
 
 def cmd_cache(args):
@@ -194,36 +350,28 @@ def cmd_cache(args):
             print(r)
         return 0
     if args.action == "list":
-        rows = [("entry", "module", "device", "torch", "python", "cuda", "size", "age", "matches")]
-        for e in cache.entries():
-            k = e.manifest["key"]
-            stale = stale_reason(e)
-            rows.append((e.path.name, k.get("module"), k.get("device"), k.get("torch"),
-                         k.get("python", "").split("-")[-1], k.get("nvcc") or "-",
-                         _fmt_size(e.size()), _fmt_age(e.age_seconds()),
-                         "yes" if stale is None else f"no ({stale})"))
-        if len(rows) == 1:
-            print(f"no entries in {', '.join(str(r) for r in cache.roots())}")
-            return 0
-        widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-        for r in rows:
-            print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
-        return 0
+        return cmd_cache_list(args)
     # clear
     root, err = _try(cache.writable_root)
+    entries = [e for e in cache.entries() if root is not None and e.path.parent == root]
+    if args.stale:  # other torch versions' libraries, and kernel libraries no key reaches
+        kernels = _CurrentKernels()
+        unreachable = {e.path for e in cache.unreachable(entries, kernels.names,
+                                                         kernels.devices)}
+        entries = [e for e in entries if e.path in unreachable or (
+            e.manifest["key"].get("kind") != "torch-free" and stale_reason(e) is not None)]
     removed = 0
-    for e in cache.entries():
-        if root is None or e.path.parent != root:
-            continue  # read-only roots are never touched
-        if args.stale and stale_reason(e) is None:
-            continue
+    for e in entries:  # read-only roots are never touched
         cache.remove_entry(e)
         removed += 1
-        print(f"removed {e.path}")
+        if args.verbose or e.manifest["key"].get("kind") != "torch-free":
+            print(f"removed {e.path}")
     if root is not None:
         cache.clear_leftovers(root)
+    kernels_removed = sum(e.manifest["key"].get("kind") == "torch-free" for e in entries)
     print(f"{removed} entr{'y' if removed == 1 else 'ies'} removed"
-          + (" (stale only)" if args.stale else ""))
+          + (" (stale only)" if args.stale else "")
+          + (f", {kernels_removed} of them kernel libraries" if kernels_removed else ""))
     return 0
 
 
@@ -269,7 +417,11 @@ def build_parser():
                         f"line users set")
     c = sub.add_parser("cache", help="list, clear or locate cached builds")
     c.add_argument("action", choices=["list", "clear", "path"])
-    c.add_argument("--stale", action="store_true", help="clear: only entries not matching this environment")
+    c.add_argument("--stale", action="store_true",
+                   help="clear: only the entries no current key reaches (libraries of another "
+                        "torch, Python or compiler; kernel libraries of older sources)")
+    c.add_argument("--verbose", "-v", action="store_true",
+                   help="list: one line per kernel library; clear: name each one removed")
     bench = sub.add_parser("bench", help="compile if needed, then time C vs TORCH vs grid_sample")
     bench.add_argument("--size", type=int, default=128, help="edge of the 3-D volume (default 128)")
     bench.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")

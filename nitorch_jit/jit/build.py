@@ -2,8 +2,10 @@
 
 One build per entry at a time across processes where the filesystem can lock (an OS-level file
 lock, released by the kernel if the holder dies; without one, builds may run twice but stay
-correct), one load per process (a thread lock), builds in a private folder published by an
-atomic rename, and one progress line on stderr so the first call never looks hung.
+correct), one load per entry and process (a thread lock per entry, so that different entries
+build side by side: a prebuild's pool, two threads of a program), builds in a private folder
+published by an atomic rename, and one progress line on stderr so the first call never looks
+hung.
 """
 import ctypes
 import json
@@ -14,11 +16,14 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import cache, key as keymod, toolchain
 
-_LOCK = threading.RLock()
+_LOCK = threading.Lock()  # guards _ENTRY_LOCKS
+_ENTRY_LOCKS = {}  # entry name -> its thread lock: one load per entry and process
+_TORCH_LOAD_LOCK = threading.Lock()  # torch's list of loaded libraries is a plain set
 _LOADED = {}  # entry name -> library path loaded in this process
 _HANDLES = {}  # path -> ctypes handle of a torch-free library (kept open)
 
@@ -30,11 +35,41 @@ class BuildError(RuntimeError):
     """Compiling or loading a library failed; the message names the log."""
 
 
+@dataclass
+class Seat:
+    """What a build gets from a pool of builds (``load_all``) that runs it beside others.
+
+    Attributes
+    ----------
+    jobs : int
+        Compilers it may run at once (ninja's MAX_JOBS in the worker).
+    say : callable
+        Prints a line without breaking the pool's progress line.
+    stop : threading.Event
+        Set when the pool is stopped (Ctrl-C): the compile is killed.
+    """
+    jobs: int
+    say: object
+    stop: object
+
+
 def _say(msg):
     print(f"nitorch_jit: {msg}", file=sys.stderr, flush=True)
 
 
-def _verbose():
+def verbose():
+    """Whether NI_JIT_VERBOSE asks for the compiler's output on stderr.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import build
+    >>> build.verbose() in (True, False)
+    True
+    """
     return os.environ.get("NI_JIT_VERBOSE", "0").strip().lower() not in ("", "0", "false", "no")
 
 
@@ -87,29 +122,80 @@ def explain(key):
     >>> jit.explain(key)  # doctest: +ELLIPSIS
     'compiles on first use (...)'
     """
-    name = keymod.entry_name(key)
-    for e in cache.find(name):
+    cached = find_cached(key)
+    if cached is not None:
+        return f"cached build {cached.parent}"
+    return f"compiles on first use ({_why(keymod.entry_name(key), key)})"
+
+
+def find_cached(key):
+    """The library of the first verified cached entry of `key`, or None; loads nothing.
+
+    Parameters
+    ----------
+    key : dict
+        From ``compute_key(spec)``.
+
+    Returns
+    -------
+    pathlib.Path or None
+
+    Examples
+    --------
+    >>> from nitorch_jit import jit
+    >>> jit.find_cached({"module": "none", "device": "cpu", "kind": "torch-free"}) is None
+    True
+    """
+    for e in cache.find(keymod.entry_name(key)):
         if e.verify(key) is None:
-            return f"cached build {e.path}"
-    return f"compiles on first use ({_why(name, key)})"
+            return e.library
+    return None
+
+
+def expected_seconds(key, entries=None):
+    """How long building the library of `key` should take, and where the figure comes from:
+    the newest cached build of this module and device (in any environment); for a torch-free
+    library, else the median of this machine's torch-free builds; else a typical figure.
+
+    Parameters
+    ----------
+    key : dict
+        From ``compute_key(spec)``.
+    entries : list of cache.Entry, optional
+        The cache's entries, when the caller has read them already (default: read them).
+
+    Returns
+    -------
+    seconds : float
+    source : {'its last build', 'like its others here', 'typical'}
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import build
+    >>> build.expected_seconds({"module": "none", "device": "cpu"}, entries=[])
+    (40, 'typical')
+    """
+    entries = cache.entries() if entries is None else entries
+    timed = [e for e in entries if e.manifest.get("build_seconds")
+             and e.manifest["key"].get("module") == key.get("module")
+             and e.manifest["key"].get("device") == key.get("device")]
+    if timed:
+        return _newest(timed).manifest["build_seconds"], "its last build"
+    if key.get("kind") == "torch-free":
+        times = sorted(e.manifest["build_seconds"] for e in entries
+                       if e.manifest["key"].get("kind") == "torch-free"
+                       and e.manifest["key"].get("device") == key.get("device")
+                       and e.manifest.get("build_seconds"))
+        if times:
+            return times[len(times) // 2], "like its others here"
+        return DEFAULT_TORCH_FREE_SECONDS.get(key.get("device"), 10), "typical"
+    return DEFAULT_SECONDS.get(key.get("device"), 60), "typical"
 
 
 def _estimate(key):
-    """How long the build should take, honestly sourced: the newest cached build of this
-    module and device; for a torch-free library, else the median of this machine's torch-free
-    builds; else a typical figure."""
-    timed = [e for e in _same_module(key) if e.manifest.get("build_seconds")]
-    if timed:
-        return f"about {max(1, round(_newest(timed).manifest['build_seconds']))} s (its last build)"
-    if key.get("kind") == "torch-free":
-        times = sorted(e.manifest["build_seconds"] for e in cache.entries()
-                       if e.manifest["key"].get("kind") == "torch-free"
-                       and e.manifest["key"].get("device") == key["device"]
-                       and e.manifest.get("build_seconds"))
-        if times:
-            return f"about {max(1, round(times[len(times) // 2]))} s (like its others here)"
-        return f"about {DEFAULT_TORCH_FREE_SECONDS.get(key['device'], 10)} s"
-    return f"this usually takes about {DEFAULT_SECONDS.get(key['device'], 60)} s"
+    """The estimate of the progress line: 'about 12 s (its last build)'."""
+    seconds, source = expected_seconds(key)
+    return f"about {max(1, round(seconds))} s" + ("" if source == "typical" else f" ({source})")
 
 
 def _first_error(log_path):
@@ -132,8 +218,14 @@ class _NoLock:
         pass
 
 
-def _without_lock(lock_path, what, err):
-    _say(f"note: cannot lock {lock_path} ({type(err).__name__}: {err}); the filesystem may not "
+_LOCKLESS = set()  # lock folders said to refuse locks (once each: a pool builds many entries)
+
+
+def _without_lock(lock_path, what, err, say=_say):
+    if lock_path.parent in _LOCKLESS:
+        return _NoLock()
+    _LOCKLESS.add(lock_path.parent)
+    say(f"note: cannot lock {lock_path} ({type(err).__name__}: {err}); the filesystem may not "
          f"support locks (NFS without a lock daemon, Lustre without the flock mount option). "
          f"Going on without it: other processes may build {what} at the same time; each one "
          f"publishes a complete build and one of them is kept")
@@ -145,7 +237,7 @@ def _without_lock(lock_path, what, err):
 _NO_LOCK = (OSError, NotImplementedError)
 
 
-def _acquire(locks, name, what):
+def _acquire(locks, name, what, say=_say):
     """The build lock of entry `name` under `locks`, or a stand-in when locking fails."""
     import filelock
     lock_path = locks / f"{name}.lock"
@@ -159,8 +251,8 @@ def _acquire(locks, name, what):
     except filelock.Timeout:  # a TimeoutError, so an OSError: first
         pass
     except _NO_LOCK as err:
-        return _without_lock(lock_path, what, err)
-    _say(f"waiting for another process that is building {what} (lock {lock_path}); "
+        return _without_lock(lock_path, what, err, say)
+    say(f"waiting for another process that is building {what} (lock {lock_path}); "
          f"it is released as soon as that process ends")
     while True:
         waited = time.monotonic() - start
@@ -170,12 +262,12 @@ def _acquire(locks, name, what):
                 f"(NI_JIT_LOCK_TIMEOUT={limit:.0f}); another process is still building {what}")
         try:
             lock.acquire(timeout=min(60, max(1, limit - waited)))
-            _say(f"the other build finished after {time.monotonic() - start:.0f} s")
+            say(f"the other build finished after {time.monotonic() - start:.0f} s")
             return lock
         except filelock.Timeout:
-            _say(f"still waiting for the build lock ({time.monotonic() - start:.0f} s)")
+            say(f"still waiting for the build lock ({time.monotonic() - start:.0f} s)")
         except _NO_LOCK as err:
-            return _without_lock(lock_path, what, err)
+            return _without_lock(lock_path, what, err, say)
 
 
 def _release(lock):
@@ -190,7 +282,8 @@ def _load_library(path, torch_free=False):
         _HANDLES[str(path)] = ctypes.CDLL(str(path))
         return
     import torch
-    torch.ops.load_library(str(path))
+    with _TORCH_LOAD_LOCK:
+        torch.ops.load_library(str(path))
 
 
 def handle(path):
@@ -238,17 +331,20 @@ def _load_failure(path, err):
 
 
 def _compile_command(spec, tmp):
-    """The one compiler call that builds a torch-free library (no Python, no torch)."""
-    cmd = [toolchain.cxx_command(), "-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"]
+    """The one compiler call that builds a library of a `direct` spec (no Python started): its
+    flags say everything (standard, defines, include folders, libraries)."""
+    cmd = [toolchain.cxx_command(), "-shared", "-fPIC", "-fvisibility=hidden"]
     cmd += list(spec.cflags) + [f"-I{d}" for d in spec.include_dirs]
     cmd += [str(s) for s in spec.sources]
     return cmd + ["-o", str(tmp / f"{spec.library_name}.so")] + list(spec.ldflags)
 
 
-def _run_compiler(spec, tmp, log_path):
+def _run_compiler(spec, tmp, log_path, seat=None):
     """Run the worker (or, for a torch-free library, the compiler), streaming its output into
-    the log; show elapsed time on a terminal."""
+    the log; show elapsed time on a terminal (unless a pool's `seat` shows its own progress)."""
     env_extra = {"CXX": toolchain.cxx_command()}  # the compiler the key names
+    if seat is not None:  # the pool's share: its compilers, and no more
+        env_extra["MAX_JOBS"] = str(seat.jobs)
     with_cuda = spec.device == "cuda"
     if with_cuda:
         home, _ = toolchain.find_cuda_home()
@@ -263,16 +359,16 @@ def _run_compiler(spec, tmp, log_path):
     req_path = tmp / "request.json"
     req_path.write_text(json.dumps(request, indent=2))
     worker = Path(__file__).with_name("_worker.py")
-    if spec.torch_free:
+    if spec.direct:
         argv = _compile_command(spec, tmp)
     else:
         argv = [sys.executable, str(worker), str(req_path), str(os.getpid())]
-    verbose = _verbose()
-    tty = sys.stderr.isatty() and not verbose
+    shown = verbose()  # the compiler output, on stderr too
+    tty = sys.stderr.isatty() and not shown and seat is None
     with open(log_path, "w") as log:
         # its own session (process group): the whole compile (worker, ninja, compilers) can
         # be stopped as one, by us on an exception or by the worker when we die (_worker.py)
-        if verbose or spec.torch_free:
+        if shown or spec.direct:
             log.write(" ".join(argv) + "\n")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace", env=dict(os.environ, **env_extra),
@@ -282,7 +378,7 @@ def _run_compiler(spec, tmp, log_path):
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
-                if verbose:
+                if shown:
                     sys.stderr.write(line)
         t = threading.Thread(target=pump, daemon=True)
         t.start()
@@ -292,8 +388,10 @@ def _run_compiler(spec, tmp, log_path):
                 if tty:
                     sys.stderr.write(f"\r  ... {time.monotonic() - start:.0f} s")
                     sys.stderr.flush()
+                if seat is not None and seat.stop.is_set():
+                    raise BuildError(f"stopped compiling {spec.what}: the build was stopped")
                 try:
-                    proc.wait(timeout=1)
+                    proc.wait(timeout=0.5 if seat is not None else 1)
                 except subprocess.TimeoutExpired:
                     pass
         except BaseException:  # Ctrl-C (the worker's session does not get the terminal's)
@@ -314,19 +412,49 @@ def _stop_group(proc):
     proc.wait()
 
 
-def load(spec):
+def _entry_lock(name):
+    with _LOCK:
+        return _ENTRY_LOCKS.setdefault(name, threading.RLock())
+
+
+def load(spec, seat=None, build=True):
     """Make sure the library of `spec` is loaded in this process; return its path.
 
+    Loads of different entries may run at once (in threads); one entry is loaded once per
+    process, and built once per cache root where the filesystem can lock.
+
+    Parameters
+    ----------
+    spec : ModuleSpec
+    seat : Seat, optional
+        Given by a pool of builds (``load_all``): the build runs quietly (the pool shows the
+        progress), with the pool's share of compilers, and stops when the pool stops.
+    build : bool
+        False: load a cached build only, and return None where there is none.
+
+    Returns
+    -------
+    pathlib.Path or None
+
     Raises ToolchainError (a tool is missing), CacheError (no usable root) or BuildError.
+
+    Examples
+    --------
+    >>> from nitorch_jit import jit
+    >>> spec = jit.ModuleSpec("none", "cpu", [], torch_free=True)
+    >>> jit.load(spec, build=False) is None   # nothing cached, nothing built
+    True
     """
     key = keymod.compute_key(spec)
     name = keymod.entry_name(key)
-    with _LOCK:
+    with _entry_lock(name):
         if name in _LOADED:
             return _LOADED[name]
         path = _load_cached(name, key, spec.torch_free)
         if path is None:
-            path = _build(spec, key, name)
+            if not build:
+                return None
+            path = _build(spec, key, name, seat)
         _LOADED[name] = path
         return path
 
@@ -348,20 +476,22 @@ def _load_cached(name, key, torch_free=False):
     return None
 
 
-def _build(spec, key, name):
+def _build(spec, key, name, seat=None):
     root = cache.writable_root()
-    toolchain.find_ninja()
+    if not spec.direct:  # the worker's torch.utils.cpp_extension runs ninja
+        toolchain.find_ninja()
     what = spec.what
-    lock = _acquire(root / ".locks", name, what)
+    lock = _acquire(root / ".locks", name, what, _say if seat is None else seat.say)
     try:
         path = _load_cached(name, key, spec.torch_free)  # built by another while we waited
         if path is not None:
             return path
         archs = f" for sm {', '.join(spec.archs)}" if spec.device == "cuda" else ""
-        _say(f"compiling {what}{archs} ({_why(name, key)}) into {root / name}; "
-             f"{_estimate(key)}, once")
+        if seat is None:  # a pool says what it builds in its own progress line
+            _say(f"compiling {what}{archs}, {_estimate(key)}, once: {_why(name, key)}; "
+                 f"into {root / name}")
         mismatch = toolchain.runtime_mismatch(toolchain.cxx_command())
-        if mismatch:
+        if mismatch and seat is None:  # a pool warns once, before it starts
             _say(f"warning: {mismatch}; the library may fail to load or crash. Point CXX at a "
                  f"compiler of the loaded runtime's version, or start Python with "
                  f"LD_PRELOAD={toolchain.compiler_cxx_runtime(toolchain.cxx_command())[0]}")
@@ -369,7 +499,7 @@ def _build(spec, key, name):
         log_path = tmp / "build.log"
         start = time.monotonic()
         try:
-            rc = _run_compiler(spec, tmp, log_path)
+            rc = _run_compiler(spec, tmp, log_path, seat)
         except BaseException:
             cache.keep_failed(tmp, name)
             raise
@@ -389,9 +519,11 @@ def _build(spec, key, name):
             if path is not None:
                 return path
         _load_checked(folder / library.name, spec.torch_free)
-        _say(f"built {what}{archs} in {seconds:.1f} s"
-             + ("" if folder == root / name else
-                f" (loaded from {folder}: the entry could not be published)"))
+        if folder != root / name or seat is None:
+            (_say if seat is None else seat.say)(
+                f"built {what}{archs} in {seconds:.1f} s"
+                + ("" if folder == root / name else
+                   f" (loaded from {folder}: the entry could not be published)"))
         return folder / library.name
     finally:
         _release(lock)

@@ -681,3 +681,38 @@ def clear_leftovers(root):
                 shutil.rmtree(child, ignore_errors=True)
                 removed.append(child)
     return removed
+
+
+def unreachable(entries, reachable, devices):
+    """The torch-free entries that no current key can reach: those whose device is one of
+    `devices` and whose folder name is not in `reachable`. A torch-free key holds no torch
+    field, so a torch upgrade never makes one stale; an edit of its sources, its flags or the
+    compiler does, and its old entry is then never loaded again.
+
+    Parameters
+    ----------
+    entries : list of Entry
+    reachable : set of str
+        The entry names of every torch-free library the caller can build today
+        (``entry_name(compute_key(spec))``).
+    devices : set of str
+        The devices whose names `reachable` covers ('cpu', 'cuda'): an entry of another
+        device is never called unreachable (its keys could not be computed here).
+
+    Returns
+    -------
+    list of Entry
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from nitorch_jit.jit import cache
+    >>> old = cache.Entry(Path("k.op.float32-cpu-0123456789ab"),
+    ...                   {"key": {"kind": "torch-free", "device": "cpu"}, "library": "k.so"})
+    >>> [e.path.name for e in cache.unreachable([old], {"k.op.float32-cpu-ba9876543210"}, {"cpu"})]
+    ['k.op.float32-cpu-0123456789ab']
+    >>> cache.unreachable([old], set(), {"cuda"})
+    []
+    """
+    return [e for e in entries if e.manifest["key"].get("kind") == "torch-free"
+            and e.manifest["key"].get("device") in devices and e.path.name not in reachable]

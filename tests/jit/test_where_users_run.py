@@ -42,13 +42,13 @@ def fake(monkeypatch, tmp_path):
     paths it is given, or raises `load_errors` in turn); the cache logic runs for real."""
     state = SimpleNamespace(compiled=0, loaded=[], load_errors=[])
 
-    def compile_(spec, tmp, log_path):
+    def compile_(spec, tmp, log_path, seat=None):
         state.compiled += 1
         log_path.write_text("stand-in compiler\n")
         (tmp / f"{spec.library_name}.so").write_bytes(b"library " + spec.cflags[-1].encode())
         return 0
 
-    def load_(path):
+    def load_(path, torch_free=False):
         if state.load_errors:
             raise state.load_errors.pop(0)
         assert Path(path).is_file(), path
@@ -514,11 +514,12 @@ def test_the_cluster_recipe_shares_with_other_users(other_user, world_dir, monke
     monkeypatch.setattr(cache, "_SAID", set())
     spec = jit.ModuleSpec("tiny", "cpu", [DATA / "tiny_op.cpp"], [],
                           cflags=["-O0", "-DTINY_OFFSET=2"])
-    monkeypatch.setattr(cli.backends, "load_module", lambda m, d, archs: jit.explain(
-        jit.compute_key(spec)))  # the real modules take minutes: tiny stands in, prebuilt
+    monkeypatch.setattr(cli.backends, "module_spec", lambda m, d, archs: spec)
+    # the real modules take minutes: tiny stands in, prebuilt
     assert cli.main(["build", "--shared", "--no-cuda", "splinc"]) == 0
     out = capsys.readouterr().out
-    assert "cached build" in out and "readable by everyone and writable by you only" in out
+    assert f"splinc (cpu): {shared}" in out
+    assert "readable by everyone and writable by you only" in out
     assert f'export NI_JIT_CACHE_DIR="{shared}{os.pathsep}' in out
     (entry,) = [p for p in shared.iterdir() if not p.name.startswith(".")]
     assert stat.S_IMODE(shared.stat().st_mode) == 0o755
@@ -595,9 +596,16 @@ def test_the_estimate_is_the_newest_build_of_the_module(monkeypatch, tmp_path):
         (root / name).mkdir(parents=True)
         (root / name / "manifest.json").write_text(json.dumps(
             {"key": key, "library": "x.so", "build_seconds": seconds, "built_at_epoch": when}))
-    assert build._estimate(dict(key)) == "its last build here took 11 s"
-    assert build._estimate({"module": "other", "device": "cpu"}) == \
-        f"this usually takes about {build.DEFAULT_SECONDS['cpu']} s"
+    assert build.expected_seconds(dict(key)) == (11, "its last build")
+    assert build.expected_seconds({"module": "other", "device": "cpu"}) == \
+        (build.DEFAULT_SECONDS["cpu"], "typical")
+    # a torch-free library with no history of its own: like this machine's others (median)
+    free = {"kind": "torch-free", "device": "cpu"}
+    for name, seconds in [("k.a", 1.0), ("k.b", 2.0), ("k.c", 30.0)]:
+        (root / name).mkdir()
+        (root / name / "manifest.json").write_text(json.dumps(
+            {"key": dict(free, module=name), "library": "x.so", "build_seconds": seconds}))
+    assert build.expected_seconds(dict(free, module="k.new")) == (2.0, "like its others here")
 
 
 # ----------------------------------------------------------------------------- info
