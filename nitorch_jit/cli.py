@@ -405,7 +405,9 @@ def build_parser():
                                "with NITorch and MONAI served by nitorch_jit (compat)",
                    add_help=False)
     sub.add_parser("info", help="toolchain, cache, key and which backend would load, and why")
-    b = sub.add_parser("build", help="prebuild compiled modules into the cache")
+    b = sub.add_parser("build", help="prebuild every library of the modules into the cache "
+                                      "(each binding and all its kernel libraries, as one "
+                                      "pool of MAX_JOBS or one per CPU compilers)")
     b.add_argument("modules", nargs="*", help=f"modules (default: all of {', '.join(MODULES)})")
     g = b.add_mutually_exclusive_group()
     g.add_argument("--cuda", action="store_true", help="also build CUDA libraries (error if impossible)")

@@ -210,7 +210,8 @@ def load_all(specs, jobs=None):
         _say(stream, f"warning: {mismatch}; the libraries may fail to load or crash. Point CXX "
                      f"at a compiler of the loaded runtime's version")
     entries = cache.entries()
-    seconds = {n: build.expected_seconds(keys[n], entries)[0] for n in todo}
+    seconds = {n: build.expected_seconds(keys[n], entries, specs[by_name[n][0]].direct)[0]
+               for n in todo}
     todo.sort(key=lambda n: -seconds[n])  # longest first: the pool ends with short builds
     weight = {n: _weight(specs[by_name[n][0]], jobs) for n in todo}
     about = _wall_estimate([seconds[n] for n in todo], [weight[n] for n in todo], jobs)
@@ -229,7 +230,7 @@ def load_all(specs, jobs=None):
         try:
             outcome.path = build.load(outcome.spec, build.Seat(w, progress.say, stop))
             outcome.built = True
-        except Exception as err:  # noqa: BLE001 -- reported with the others, never lost
+        except BaseException as err:  # noqa: BLE001 -- reported with the others, never lost
             outcome.error = err
         finally:
             with cond:
@@ -240,9 +241,9 @@ def load_all(specs, jobs=None):
 
     pending = list(todo)
     try:
-        progress.update(0, 0, force=True)
-        with cond:
-            while pending or state["done"] < len(todo):
+        progress.update(0, 0)
+        while True:
+            with cond:
                 while pending and state["free"] >= weight[pending[0]]:
                     name = pending.pop(0)
                     state["free"] -= weight[name]
@@ -250,17 +251,15 @@ def load_all(specs, jobs=None):
                                          name=f"nitorch_jit build {name}")
                     t.start()
                     threads.append(t)
+                if not pending and state["done"] == len(todo):
+                    break
                 cond.wait(timeout=1.0)
                 done, failed = state["done"], state["failed"]
-                cond.release()  # the progress line is written outside the pool's lock
-                try:
-                    progress.update(done - failed, failed)
-                finally:
-                    cond.acquire()
+            progress.update(done - failed, failed)
     except BaseException:  # Ctrl-C: every compile of the pool is killed, nothing published
         stop.set()
-        for t in threads:
-            t.join()
+        for t in threads:  # a build waiting for another process's lock is left behind
+            t.join(timeout=5)
         progress.close()
         raise
     for t in threads:

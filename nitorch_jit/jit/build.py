@@ -29,6 +29,9 @@ _HANDLES = {}  # path -> ctypes handle of a torch-free library (kept open)
 
 DEFAULT_SECONDS = {"cpu": 40, "cuda": 180}
 DEFAULT_TORCH_FREE_SECONDS = {"cpu": 5, "cuda": 30}
+# a library with torch headers built by one compiler call (a binding on the stable ABI): one
+# translation unit, no worker, no ninja (measured here: 5-12 s on 2 busy cores)
+DEFAULT_DIRECT_SECONDS = {"cpu": 10, "cuda": 60}
 
 
 class BuildError(RuntimeError):
@@ -152,7 +155,7 @@ def find_cached(key):
     return None
 
 
-def expected_seconds(key, entries=None):
+def expected_seconds(key, entries=None, direct=False):
     """How long building the library of `key` should take, and where the figure comes from:
     the newest cached build of this module and device (in any environment); for a torch-free
     library, else the median of this machine's torch-free builds; else a typical figure.
@@ -163,6 +166,9 @@ def expected_seconds(key, entries=None):
         From ``compute_key(spec)``.
     entries : list of cache.Entry, optional
         The cache's entries, when the caller has read them already (default: read them).
+    direct : bool
+        The library is built by one compiler call (``ModuleSpec.direct``): its typical figure
+        is that of one translation unit.
 
     Returns
     -------
@@ -189,12 +195,14 @@ def expected_seconds(key, entries=None):
         if times:
             return times[len(times) // 2], "like its others here"
         return DEFAULT_TORCH_FREE_SECONDS.get(key.get("device"), 10), "typical"
+    if direct:
+        return DEFAULT_DIRECT_SECONDS.get(key.get("device"), 30), "typical"
     return DEFAULT_SECONDS.get(key.get("device"), 60), "typical"
 
 
-def _estimate(key):
+def _estimate(key, direct=False):
     """The estimate of the progress line: 'about 12 s (its last build)'."""
-    seconds, source = expected_seconds(key)
+    seconds, source = expected_seconds(key, direct=direct)
     return f"about {max(1, round(seconds))} s" + ("" if source == "typical" else f" ({source})")
 
 
@@ -488,8 +496,8 @@ def _build(spec, key, name, seat=None):
             return path
         archs = f" for sm {', '.join(spec.archs)}" if spec.device == "cuda" else ""
         if seat is None:  # a pool says what it builds in its own progress line
-            _say(f"compiling {what}{archs}, {_estimate(key)}, once: {_why(name, key)}; "
-                 f"into {root / name}")
+            _say(f"compiling {what}{archs}, {_estimate(key, spec.direct)}, once: "
+                 f"{_why(name, key)}; into {root / name}")
         mismatch = toolchain.runtime_mismatch(toolchain.cxx_command())
         if mismatch and seat is None:  # a pool warns once, before it starts
             _say(f"warning: {mismatch}; the library may fail to load or crash. Point CXX at a "

@@ -6,6 +6,7 @@ Most cases run the real pool and cache logic with a stand-in compiler (it writes
 loader; one builds two real kernel libraries (about a second each).
 """
 import json
+import os
 import threading
 import uuid
 from pathlib import Path
@@ -62,7 +63,8 @@ def published(root):
 
 
 # ----------------------------------------------------------------------------- the pool
-def test_a_pool_builds_each_entry_once_and_publishes_each(fake, tmp_path, capfd):
+def test_a_pool_builds_each_entry_once_and_publishes_each(fake, tmp_path, capfd, monkeypatch):
+    monkeypatch.setattr(batch, "_NON_TTY_EVERY", 0.0)  # a progress line at every change
     specs = [fake_spec(f"k.op{i}.float32") for i in range(6)]
     outcomes = jit.load_all(specs + specs[:2], jobs=2)  # an entry asked twice is built once
     assert sorted(fake.compiled) == sorted(s.name for s in specs)
@@ -77,9 +79,11 @@ def test_a_pool_builds_each_entry_once_and_publishes_each(fake, tmp_path, capfd)
     # a start line, the progress line, a done line: not two lines per entry
     assert err[0].startswith("nitorch_jit: compiling 6 torch-free libraries into ")
     assert "2 compilers at a time" in err[0]
-    assert any(line.startswith("nitorch_jit: 0/6 built") for line in err)
     assert err[-1].startswith("nitorch_jit: built 6 of 6 libraries in ")
-    assert len(err) < 6 and not any("compiling k.op" in line for line in err)
+    progress = err[1:-1]  # "3/6 built, 0 s": how many, and how long it has run
+    assert progress and all(line.startswith("nitorch_jit: ") and "/6 built, " in line
+                            and line.endswith(" s") for line in progress)
+    assert not any("compiling k.op" in line or "built k.op" in line for line in err)
     # all cached now: nothing compiles, one line says so
     again = jit.load_all(specs, jobs=2)
     assert [o.path for o in again] == [o.path for o in outcomes[:6]]
@@ -133,6 +137,41 @@ def test_a_library_of_several_translation_units_gets_as_many_compilers(fake, cap
     assert fake.compiled[0] == "big" and fake.jobs[0] == 2  # longest first, two compilers
     assert fake.jobs[1:] == [1, 1, 1]
     assert "compiling module 'big' for CPU and 3 torch-free libraries" in capfd.readouterr().err
+
+
+def test_stopping_the_pool_kills_its_compiles_and_publishes_nothing(tmp_path, monkeypatch):
+    cc = tmp_path / "bin" / "slowcc"  # a compiler that never ends: it says its pid, then sleeps
+    cc.parent.mkdir()
+    cc.write_text('#!/bin/sh\ncase "$1" in --version) echo "slowcc 1.0";;\n'
+                  '  -print-file-name=*) echo "$1";;\n'  # no libstdc++ to compare
+                  '  *) echo $$ > "$SLOWCC_PID.tmp"; mv "$SLOWCC_PID.tmp" "$SLOWCC_PID";'
+                  ' exec sleep 300;;\nesac\n')
+    cc.chmod(0o755)
+    pid_file = tmp_path / "pid"
+    monkeypatch.setenv("CXX", str(cc))
+    monkeypatch.setenv("SLOWCC_PID", str(pid_file))
+    monkeypatch.setenv("NI_JIT_CACHE_DIR", str(tmp_path / "cache"))
+    stop, got = threading.Event(), {}
+
+    def build_it():
+        try:
+            jit.load(fake_spec("k.slow.float32"), seat=build.Seat(1, print, stop))
+        except jit.BuildError as err:
+            got["error"] = err
+
+    t = threading.Thread(target=build_it)
+    t.start()
+    for _ in range(600):  # until the compiler runs (a deadlock breaker, not a timing)
+        if pid_file.exists():
+            break
+        t.join(timeout=0.1)
+    pid = int(pid_file.read_text())
+    stop.set()
+    t.join(timeout=60)
+    assert not t.is_alive() and "stopped" in str(got["error"])
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(pid, 0)
+    assert published(tmp_path / "cache") == []
 
 
 def test_jobs_must_be_a_positive_count(monkeypatch):
