@@ -303,6 +303,10 @@ def main():
         if args.cal is None:
             cals.append(measure_cal(work))
             print(f"CAL (after the cases): {cals[1]:.2f} s", file=sys.stderr, flush=True)
+            if max(cals) > 1.25 * min(cals):
+                notes.append(f"CAL moved from {cals[0]:.1f} s to {cals[1]:.1f} s during the run "
+                             "(the machine's load changed): each case's ratio is uncertain by "
+                             "up to that factor")
     finally:
         if args.keep:
             print(f"cache roots kept under {work}", file=sys.stderr)
