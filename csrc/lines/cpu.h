@@ -6,17 +6,19 @@
 // thus moves whole cache lines, and the contiguous dim is transposed on the way in and out.
 // Source and destination have the same sizes except along d; any strides (the source may
 // have stride-0 dims; the destination may be the source itself).
+//
+// Torch-free: the kernel libraries of splinc and resize (core/host.h) include it; arrays come as
+// pointers with a Layout, threads through core/parallel.h's host.
 #pragma once
-
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
+#include "core/host.h"
 #include "core/parallel.h"
 
 #if defined(_MSC_VER)
@@ -33,33 +35,73 @@ struct Lanes { static constexpr int W = 32; };  // 128 bytes of float
 template <>
 struct Lanes<double> { static constexpr int W = 16; };
 
+// The sizes and strides (in elements) of a strided array.
+struct Layout {
+  std::vector<int64_t> size, stride;
+
+  Layout() = default;
+  Layout(const int64_t* sizes, const int64_t* strides, int64_t ndim)
+      : size(sizes, sizes + ndim), stride(strides, strides + ndim) {}
+  Layout(std::vector<int64_t> sizes, std::vector<int64_t> strides)
+      : size(std::move(sizes)), stride(std::move(strides)) {}
+
+  // A row-major array of these sizes (the strides torch gives a new contiguous tensor).
+  static Layout contiguous(const std::vector<int64_t>& sizes) {
+    std::vector<int64_t> st(sizes.size());
+    int64_t s = 1;
+    for (size_t k = sizes.size(); k-- > 0;) {
+      st[k] = s;
+      s *= sizes[k];
+    }
+    return Layout(sizes, std::move(st));
+  }
+
+  int64_t dim() const { return static_cast<int64_t>(size.size()); }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : size) n *= s;
+    return n;
+  }
+  // torch's is_contiguous(): every dim of more than one element has its row-major stride
+  bool is_contiguous() const {
+    if (numel() == 0) return true;
+    int64_t expected = 1;
+    for (int64_t k = dim() - 1; k >= 0; --k) {
+      if (size[k] == 1) continue;
+      if (stride[k] != expected) return false;
+      expected *= size[k];
+    }
+    return true;
+  }
+};
+
 struct Tiling {
   int64_t nlane = 1, sL = 0, dL = 0;  // lane count and strides
   int64_t sN = 0, dN = 0;             // strides along d
   int64_t tiles_per_outer = 1, ntiles = 0;
   std::vector<int64_t> osize, os, od;  // outer dims: sizes, src strides, dst strides
 
-  Tiling(const at::Tensor& src, const at::Tensor& dst, int64_t d, int W) {
+  Tiling(const Layout& src, const Layout& dst, int64_t d, int W) {
     const int64_t D = src.dim();
-    sN = src.stride(d);
-    dN = dst.stride(d);
+    sN = src.stride[d];
+    dN = dst.stride[d];
     int64_t lane = -1;
     for (int64_t k = 0; k < D; ++k) {
-      if (k == d || dst.size(k) < 2) continue;
-      if (lane < 0 || std::abs(dst.stride(k)) < std::abs(dst.stride(lane))) lane = k;
+      if (k == d || dst.size[k] < 2) continue;
+      if (lane < 0 || std::abs(dst.stride[k]) < std::abs(dst.stride[lane])) lane = k;
     }
     if (lane >= 0) {
-      nlane = dst.size(lane);
-      sL = src.stride(lane);
-      dL = dst.stride(lane);
+      nlane = dst.size[lane];
+      sL = src.stride[lane];
+      dL = dst.stride[lane];
     }
     int64_t nouter = 1;
     for (int64_t k = 0; k < D; ++k) {
-      if (k == d || k == lane || dst.size(k) < 2) continue;
-      osize.push_back(dst.size(k));
-      os.push_back(src.stride(k));
-      od.push_back(dst.stride(k));
-      nouter *= dst.size(k);
+      if (k == d || k == lane || dst.size[k] < 2) continue;
+      osize.push_back(dst.size[k]);
+      os.push_back(src.stride[k]);
+      od.push_back(dst.stride[k]);
+      nouter *= dst.size[k];
     }
     tiles_per_outer = (nlane + W - 1) / W;
     ntiles = nouter * tiles_per_outer;
@@ -100,7 +142,7 @@ void parallel_chunks(int64_t n, int64_t cost, const MakeScratch& make_scratch,
   const int64_t chunk = n / (8 * threads) + 1;
   const int64_t nchunks = (n + chunk - 1) / chunk;
   std::atomic<int64_t> next{0};
-  at::parallel_for(0, std::min(threads, nchunks), 1, [&](int64_t, int64_t) {
+  host::parallel_for(0, std::min(threads, nchunks), 1, [&](int64_t, int64_t) {
     auto scratch = make_scratch();
     for (;;) {
       const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
