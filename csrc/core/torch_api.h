@@ -3,12 +3,14 @@
 // fraction of the time, issue 31). A binding and its checks use only what this file names, so
 // one source builds either way:
 //   Tensor, IntArg (an int[] argument), IntRef (sizes, strides, a view of an IntArg),
+//   FloatArg (a float[] argument), OptTensor (a Tensor? argument), contiguous, clone, copy_,
 //   ScalarType and kFloat..., dtype_name, device_str, is_strided, empty, zero_,
 //   NJ_CHECK(cond, pieces...) whose message is the pieces, unchanged (numbers through
 //   core/message.h's num()), NJ_LIBRARY_IMPL / NJ_IMPL for the registration block.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,8 @@ namespace api {
 using Tensor = torch::stable::Tensor;
 using IntArg = std::vector<int64_t>;
 using IntRef = torch::headeronly::HeaderOnlyArrayRef<int64_t>;
+using FloatArg = std::vector<double>;
+using OptTensor = std::optional<Tensor>;
 using ScalarType = torch::headeronly::ScalarType;
 constexpr ScalarType kFloat = ScalarType::Float;
 constexpr ScalarType kDouble = ScalarType::Double;
@@ -54,6 +58,10 @@ inline Tensor& zero_(Tensor& t) {
   torch::stable::zero_(t);
   return t;
 }
+
+inline Tensor contiguous(const Tensor& t) { return torch::stable::contiguous(t); }
+inline Tensor clone(const Tensor& t) { return torch::stable::clone(t); }
+inline void copy_(Tensor& dst, const Tensor& src) { torch::stable::copy_(dst, src); }
 
 // A plain exception: torch passes its text to Python unchanged (STD_TORCH_CHECK would prefix
 // the function, file and line).
@@ -87,6 +95,8 @@ namespace api {
 using Tensor = at::Tensor;
 using IntArg = at::IntArrayRef;
 using IntRef = at::IntArrayRef;
+using FloatArg = at::ArrayRef<double>;
+using OptTensor = std::optional<at::Tensor>;
 using ScalarType = at::ScalarType;
 constexpr ScalarType kFloat = at::kFloat;
 constexpr ScalarType kDouble = at::kDouble;
@@ -98,6 +108,9 @@ inline std::string device_str(const Tensor& t) { return t.device().str(); }
 inline bool is_strided(const Tensor& t) { return t.layout() == at::kStrided; }
 inline Tensor empty(IntRef sizes, const Tensor& like) { return at::empty(sizes, like.options()); }
 inline Tensor& zero_(Tensor& t) { return t.zero_(); }
+inline Tensor contiguous(const Tensor& t) { return t.contiguous(); }
+inline Tensor clone(const Tensor& t) { return t.clone(); }
+inline void copy_(Tensor& dst, const Tensor& src) { dst.copy_(src); }
 
 }  // namespace api
 }  // namespace nitorch_jit

@@ -36,8 +36,8 @@ _SUFFIX = {"cpu": "*.cpp", "cuda": "*.cu"}
 
 # (module, device type) -> the binding's translation unit, for the modules split in a binding
 # and torch-free kernel libraries
-BINDINGS = {("pushpull", "cpu"): "binding.cpp", ("splinc", "cpu"): "binding.cpp",
-            ("resize", "cpu"): "binding.cpp"}
+BINDINGS = {("pushpull", "cpu"): "binding.cpp", ("regsolve", "cpu"): "binding.cpp",
+            ("splinc", "cpu"): "binding.cpp", ("resize", "cpu"): "binding.cpp"}
 # the kernel tables: csrc/<module>/<device>/kernels.def, read here and by the C++ (variants.h)
 _KERNEL_OP = re.compile(r"^NJ_KERNEL_OP\((\w+),\s*(\w+),\s*(0b[01]+|\d+)\)", re.MULTILINE)
 _FLOAT64_FAST = re.compile(r"^NJ_FLOAT64_FAST\((0b[01]+|\d+)\)", re.MULTILINE)

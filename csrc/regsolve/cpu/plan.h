@@ -1,10 +1,36 @@
-// The CPU regsolve kernels' plan of a call (ops.cpp says how they work): the
-// border classes along an axis, the merged and tabulated taps with their fold tables and
+// The CPU kernels of module "regsolve" (docs/regsolve-spec.md): reg_matvec, reg_precond,
+// reg_relax_. This file: their plan of a call; how they work, here once:
+//
+// The tap list is decoded and merged once per call (taps equal but for their coefficient add
+// up), and tabulated: per tap, its neighbour row's offset and its folds at the ends of a row.
+// reg_matvec works row by row, a row being (b, c_out, every spatial index but the last). A
+// row whose taps need no folding along the non-last axes (most of them) uses offsets
+// precomputed per call; a border row folds each tap's non-last axes once. The interior of the
+// row, where no tap folds along the last axis, is a sum of shifted source rows held in vector
+// registers (a baseline build and an AVX2 one, chosen at run time); the first and last two
+// elements read through the fold tables. The voxel solves (reg_precond, reg_relax_) take L_vv
+// from a table of the border classes (5 per axis); for C <= 3 a row's voxels are solved in
+// vector lanes, the same arithmetic as the scalar solve (without Hessian and weights, the
+// interior voxels share one factorisation, computed once per call).
+// reg_relax_ evaluates a colour's rows only at that colour's elements: x (and the weights)
+// are stored, during the call, with each row ordered by residue of the last index modulo the
+// period, so that a colour's elements, and each tap's reads for them, are contiguous and the
+// shifted sums apply. Colour by colour, every colour would stream the whole field from memory:
+// the colours' tasks run instead in a dependency-respecting order (a wave along the first
+// axis, and within a plane along the second, pipelined over up to 4 iterations) that reads
+// each plane while it is in cache; threads take whole planes. Every voxel sees exactly the
+// values of the colour by colour sweep, so the result is the same.
+// NI_JIT_REGSOLVE_GENERIC=1 evaluates every point with regsolve/point.h instead, the
+// per-point code the CUDA kernels share (a test of it).
+//
+// Torch-free (issue 31): the binding (binding.cpp) checks the arguments (regsolve/host.h,
+// shared with the CUDA ops) and calls the kernel libraries (matvec.cpp, relax.cpp: one per op
+// and dtype) through core/host.h. Its parts, cut by concern: plan.h (the plan of a call:
+// the border classes along an axis, the merged and tabulated taps with their fold tables and
 // per-call row offsets (Plan, make_plan), the contiguous data of one call (Op) and the
-// per-thread lists of a border row's taps (Scratch).
+// per-thread lists of a border row's taps (Scratch)), lanes.h (vector lanes), matvec.h
+// (reg_matvec, reg_precond) and relax.h (reg_relax_).
 #pragma once
-
-#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <array>
@@ -14,7 +40,7 @@
 #include <vector>
 
 #include "core/tuning.h"
-#include "regsolve/host.h"
+#include "regsolve/taps.h"
 #include "regsolve/point.h"
 
 #if defined(_MSC_VER)
@@ -35,12 +61,6 @@ using regsolve::View;
 
 namespace host = regsolve::host;
 using host::Shape;
-
-// The device of the CPU ops, for the shared checks (regsolve/host.h).
-struct CpuDevice {
-  static constexpr const char* kDevice = "CPU";
-  static bool on_device(const at::Tensor& t) { return t.device().is_cpu(); }
-};
 
 // ------------------------------------------------------------------------- the plan
 // Border classes along an axis of size n: 0, 1 (the first two indices), 2 (interior: no tap

@@ -1,9 +1,7 @@
 // reg_relax_ on CPU: the residue-ordered layout of the rows, a colour's rows evaluated at
 // that colour's elements only, and the dependency-respecting waves in which the colours'
-// tasks run (ops.cpp says why).
+// tasks run (plan.h says why).
 #pragma once
-
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
@@ -319,7 +317,7 @@ void relax_waves(const Relax<T>& R, int64_t G) {
   // G sweeps, each a row of L x and a C x C solve per element (nt == 1: inline, in order)
   const int64_t nt =
       parallel::threads_for(s.B * s.S, G * s.C * (op.P.max_taps + s.C + 1));
-  at::parallel_for(0, nt, 1, [&](int64_t, int64_t) {
+  nitorch_jit::host::parallel_for(0, nt, 1, [&](int64_t, int64_t) {
     RelaxScratch<T> rs(op, M);
     int64_t i[kMaxDim] = {0, 0, 0};
     for (size_t t; (t = take()) < nr;) {
