@@ -1,5 +1,5 @@
 // Resizing, host side: the order of the passes and their tap tables, shared by the CPU
-// (csrc/resize/cpu/ops.cpp) and CUDA (csrc/resize/cuda/host.cuh) drivers so that
+// (csrc/resize/cpu/binding.cpp, resample.cpp) and CUDA (csrc/resize/cuda/host.cuh) drivers so that
 // both run the same passes with the same weights. No torch header: plain vectors.
 #pragma once
 

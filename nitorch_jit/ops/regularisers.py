@@ -356,7 +356,7 @@ class Problem:
 # ----------------------------------------------------------------------------- public API
 def _apply(p):
     p.check_device(("hessian", p.hessian), ("weights", p.weights))
-    backends.ensure_eager(_MODULE, p.x.device)
+    backends.ensure_eager(_MODULE, p.x.device, ("reg_matvec", p.x.dtype, ()))
     return p.restore(_ops.reg_matvec(p.x, p.hessian, p.weights, p.taps))
 
 

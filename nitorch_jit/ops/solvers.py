@@ -276,7 +276,7 @@ def _check_optim(optim):
 def _solve(p, gradient, method, **opts):
     """Run `method` on the normalised problem `p` (gradient in p.x) with implicit autograd."""
     p.check_device(("hessian", p.hessian), ("weights", p.weights))
-    backends.ensure_eager("regsolve", p.x.device)
+    backends.ensure_eager("regsolve", p.x.device, ("reg_precond", p.x.dtype, ()))
     g = p.x.contiguous()
     absolute_only = not p.spatial or method == "closedform"
     taps = p.make_taps(p.voxel_size, absolute_only=absolute_only)

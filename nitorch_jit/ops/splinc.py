@@ -94,7 +94,7 @@ def _run(input, order, bound, dims, adjoint, inplace):
         return input if inplace else input.clone()
     dtype = input.dtype
     x = input.float() if dtype in HALF else input
-    backends.ensure_eager(_MODULE, x.device)
+    backends.ensure_eager(_MODULE, x.device, ("spline_coeff", x.dtype, order))
     grad = torch.is_grad_enabled() and x.requires_grad
     if inplace and not grad and x is input and all(
             s < 2 or st != 0 for s, st in zip(x.shape, x.stride())):

@@ -59,7 +59,7 @@ void gather_dim(const at::Tensor& src, const at::Tensor& dst, int64_t d, const i
                                    dst.size(d), inner, idx, w, K, i32, Policy::stream()));
 }
 
-// resize (ADJ false) and resize_adjoint (ADJ true); see resize/cpu/ops.cpp.
+// resize (ADJ false) and resize_adjoint (ADJ true); see resize/cpu/binding.cpp, resample.cpp.
 template <class Policy, bool ADJ>
 at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<double> scale,
                at::ArrayRef<double> shift, at::IntArrayRef order, at::IntArrayRef bound,
