@@ -36,6 +36,12 @@
 #include <c10/core/Storage.h>
 #endif
 
+// Every function here is hidden: each library that allocates outputs has its own block cache
+// and hook, and an inline function of one library must never be interposed by another's
+// (with default visibility the dynamic linker merges them, and a block taken from one
+// library's cache came back to the other's).
+#pragma GCC visibility push(hidden)
+
 namespace nitorch_jit {
 
 constexpr int64_t kLargeOutputBytes = int64_t(32) << 20;  // glibc's largest mmap threshold
@@ -244,3 +250,5 @@ inline at::Tensor zeros_output(at::IntArrayRef sizes, const at::Tensor& like) {
 #endif
 
 }  // namespace nitorch_jit
+
+#pragma GCC visibility pop

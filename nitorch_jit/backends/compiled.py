@@ -133,7 +133,8 @@ def kernel_spec(name, device_type="cpu"):
              f"-DNJ_KERNEL_T={KERNEL_DTYPES[dtype]}"]
     if variant == "any":
         flags.append("-DNJ_KERNEL_ORDER=-1")
-        what = f"{op} for {dtype} (generic path, {device_type.upper()})"
+        generic = "generic path, " if kernel_table(module, device_type)[0][op][1] else ""
+        what = f"{op} for {dtype} ({generic}{device_type.upper()})"
     else:
         order, dim = int(variant[1]), int(variant[3])
         flags += [f"-DNJ_KERNEL_ORDER={order}", f"-DNJ_KERNEL_DIM={dim}"]
@@ -334,9 +335,8 @@ def _attach_binding(path, device_type):
         lib.nitorch_jit_set_resolver.restype = ctypes.c_int64
 
         def resolve(name, err, err_len):
-            try:
-                with _RESOLVE_LOCK:
-                    load_kernel(path, name.decode(), device_type)
+            try:  # no lock of ours: jit.load locks per entry, so threads build side by side
+                load_kernel(path, name.decode(), device_type)
                 return 0
             except BaseException as e:  # noqa: BLE001 -- nothing may unwind into C++
                 text = (f"{type(e).__name__}: {e}" if not isinstance(e, BUILD_ERRORS)
