@@ -122,14 +122,8 @@ void run_kernel(const char* op, int mask, std::atomic<nj_kernel_fn>* slots, api:
            "nitorch_jit CPU kernels take float32 or float64, got ", msg::dt(dtype));
   const bool f64 = dtype == api::kDouble;
   const Variant v = variant_of(call.G, dtype_mask(mask, f64));
-  std::atomic<nj_kernel_fn>& slot = slots[(f64 ? kNumVariants : 0) + v.index()];
-  nj_kernel_fn fn = slot.load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    const std::string name =
-        std::string("pushpull.") + op + (f64 ? ".float64." : ".float32.") + v.name();
-    fn = binding::kernel(slot, name.c_str());
-  }
-  binding::run(fn, &call);
+  binding::run_kernel(slots[(f64 ? kNumVariants : 0) + v.index()], "pushpull", op, f64,
+                      v.name(), &call);
 }
 
 #define NJ_RUN(op, dtype, call)                                      \

@@ -58,14 +58,7 @@ Call make_call(const Inputs& in, const api::Tensor& x) {
 void run_kernel(const char* op, std::atomic<nj_kernel_fn>* slots, api::ScalarType dtype,
                 const Call& call) {
   const bool f64 = dtype == api::kDouble;
-  std::atomic<nj_kernel_fn>& slot = slots[f64 ? 1 : 0];
-  nj_kernel_fn fn = slot.load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    const std::string name =
-        std::string("regsolve.") + op + (f64 ? ".float64.any" : ".float32.any");
-    fn = binding::kernel(slot, name.c_str());
-  }
-  binding::run(fn, &call);
+  binding::run_kernel(slots[f64 ? 1 : 0], "regsolve", op, f64, "any", &call);
 }
 
 #define NJ_RUN(op, dtype, call)                     \

@@ -46,11 +46,6 @@ api::Tensor run(const api::Tensor& input, api::IntArg shape, api::FloatArg scale
   api::Tensor out = empty_output(out_sizes, input);
   if (out.numel() == 0) return out;
   static std::atomic<nj_kernel_fn> slots[2] = {};
-  const nj_kernel_fn fn =
-      dbl ? binding::kernel(slots[1], ADJ ? "resize.resize_adjoint.float64.any"
-                                          : "resize.resize.float64.any")
-          : binding::kernel(slots[0], ADJ ? "resize.resize_adjoint.float32.any"
-                                          : "resize.resize.float32.any");
   Call c{};
   c.src = input.const_data_ptr();
   c.ndim = input.dim();
@@ -64,7 +59,8 @@ api::Tensor run(const api::Tensor& input, api::IntArg shape, api::FloatArg scale
   c.bound = bound.data();
   c.steps = steps.data();
   c.nsteps = static_cast<int64_t>(steps.size());
-  binding::run(fn, &c);
+  binding::run_kernel(slots[dbl ? 1 : 0], "resize", ADJ ? "resize_adjoint" : "resize", dbl, "any",
+                      &c);
   return out;
 }
 

@@ -41,9 +41,6 @@ std::vector<Step> plan_steps(const api::Tensor& input, api::IntRef order, api::I
 void run_kernel(const api::Tensor& src, const api::Tensor& dst, const std::vector<Step>& steps) {
   static std::atomic<nj_kernel_fn> slots[2] = {};
   const bool f64 = src.scalar_type() == api::kDouble;
-  const nj_kernel_fn fn =
-      f64 ? binding::kernel(slots[1], "splinc.spline_coeff.float64.any")
-          : binding::kernel(slots[0], "splinc.spline_coeff.float32.any");
   const std::vector<int64_t> size(src.sizes().begin(), src.sizes().end());
   const std::vector<int64_t> src_stride(src.strides().begin(), src.strides().end());
   const std::vector<int64_t> dst_stride(dst.strides().begin(), dst.strides().end());
@@ -56,7 +53,7 @@ void run_kernel(const api::Tensor& src, const api::Tensor& dst, const std::vecto
   c.dst_stride = dst_stride.data();
   c.steps = steps.data();
   c.nsteps = static_cast<int64_t>(steps.size());
-  binding::run(fn, &c);
+  binding::run_kernel(slots[f64 ? 1 : 0], "splinc", "spline_coeff", f64, "any", &c);
 }
 
 api::Tensor spline_coeff_nd(const api::Tensor& input, api::IntArg order, api::IntArg bound,
