@@ -181,7 +181,9 @@ def _stable_binding_spec(module, device_type, sources_):
     (as torch.utils.cpp_extension would), no worker process."""
     from torch.utils import cpp_extension
     major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
-    cflags = ["-O3", "-std=c++20", "-DNJ_STABLE_ABI",
+    # -O1: a binding is glue (checks, outputs, one call into a kernel library); measured here it
+    # compiles in 3.4 s at -O1 against 4.2 s at -O3, which an upgrade pays
+    cflags = ["-O1", "-std=c++20", "-DNJ_STABLE_ABI",
               f"-DTORCH_TARGET_VERSION=0x{major:02x}{minor:02x}000000000000",
               f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     cflags += [f"-isystem{d}" for d in cpp_extension.include_paths()]
