@@ -276,9 +276,9 @@ def ensure_eager(module, device, kernel=None):
     """ensure() for the Python entry points. Under torch.compile it does nothing: the ops'
     fake kernels call ensure() at trace time instead, so dynamo never traces the loader.
 
-    `kernel`, optional: (op, dtype, orders) of the call, so that on the first call the C
-    provider can build that op's kernel while it builds the module's binding
-    (``compiled.prefetch``)."""
+    `kernel`, optional: (op, dtype, orders) of the call (op: a name, or the names of every op
+    the call runs), so that on the first call the C provider can build those kernels while it
+    builds the module's binding (``compiled.prefetch``)."""
     if is_compiling():
         return
     if kernel is not None and (module, _device_type(device)) not in _STATE:
@@ -297,9 +297,10 @@ def _prefetch(module, device_type, kernel):
             return
     except BackendError:
         return  # ensure() says why
-    op, dtype, order = kernel
-    compiled.prefetch(module, device_type,
-                      compiled.likely_kernel(module, device_type, op, dtype, order))
+    ops, dtype, order = kernel
+    for op in (ops,) if isinstance(ops, str) else ops:
+        compiled.prefetch(module, device_type,
+                          compiled.likely_kernel(module, device_type, op, dtype, order))
 
 
 def status():

@@ -276,7 +276,10 @@ def _check_optim(optim):
 def _solve(p, gradient, method, **opts):
     """Run `method` on the normalised problem `p` (gradient in p.x) with implicit autograd."""
     p.check_device(("hessian", p.hessian), ("weights", p.weights))
-    backends.ensure_eager("regsolve", p.x.device, ("reg_precond", p.x.dtype, ()))
+    # the kernels the method runs, built beside the binding on a first call
+    ops = ("reg_precond",) if method == "closedform" or not p.spatial else \
+        ("reg_precond", "reg_matvec") if method == "cg" else ("reg_relax_", "reg_matvec")
+    backends.ensure_eager("regsolve", p.x.device, (ops, p.x.dtype, ()))
     g = p.x.contiguous()
     absolute_only = not p.spatial or method == "closedform"
     taps = p.make_taps(p.voxel_size, absolute_only=absolute_only)
