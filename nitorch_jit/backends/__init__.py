@@ -276,8 +276,8 @@ def ensure_eager(module, device, kernel=None):
     """ensure() for the Python entry points. Under torch.compile it does nothing: the ops'
     fake kernels call ensure() at trace time instead, so dynamo never traces the loader.
 
-    `kernel`, optional: (op, dtype, orders) of the call (op: a name, or the names of every op
-    the call runs), so that on the first call the C provider can build those kernels while it
+    `kernel`, optional: (op, dtype, orders) of the call (op: a name or a ``torch.ops`` op, or
+    a tuple of those: every op the call runs), so that on the first call the C provider can build those kernels while it
     builds the module's binding (``compiled.prefetch``)."""
     if is_compiling():
         return
@@ -298,9 +298,10 @@ def _prefetch(module, device_type, kernel):
     except BackendError:
         return  # ensure() says why
     ops, dtype, order = kernel
-    for op in (ops,) if isinstance(ops, str) else ops:
+    for op in ops if isinstance(ops, (tuple, list)) else (ops,):
+        name = op if isinstance(op, str) else op.__name__.split(".")[0]  # an op of torch.ops
         compiled.prefetch(module, device_type,
-                          compiled.likely_kernel(module, device_type, op, dtype, order))
+                          compiled.likely_kernel(module, device_type, name, dtype, order))
 
 
 def status():

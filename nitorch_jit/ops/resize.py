@@ -174,7 +174,7 @@ def _out_shape(nin, factor, shape, enlarge):
 def _run(op, image, shape, scale, shift, order, bound, prefilter):
     dtype = image.dtype
     x = image.float() if dtype in HALF else image
-    backends.ensure_eager(_MODULE, x.device, (op.__name__.split(".")[0], x.dtype, order))
+    backends.ensure_eager(_MODULE, x.device, (op, x.dtype, order))
     out = op(x, list(shape), [float(s) for s in scale], [float(s) for s in shift],
              list(order), list(bound), bool(prefilter))
     return out.to(dtype)
