@@ -134,32 +134,33 @@ void run_kernel(const char* op, int mask, std::atomic<nj_kernel_fn>* slots, api:
 
 // ---- the ops, in the order of nitorch_jit/backends/schemas.py
 
-api::Tensor grid_pull(const api::Tensor& input, const api::Tensor& grid, api::IntArg order,
-                     api::IntArg bound, bool extrapolate) {
+// grid_pull (kGrad false) and grid_grad: one output per point of the grid.
+template <bool kGrad>
+api::Tensor gather_impl(const api::Tensor& input, const api::Tensor& grid, api::IntArg order,
+                        api::IntArg bound, bool extrapolate) {
   const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  api::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, false), grid);
+  api::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, kGrad), grid);
   if (out.numel() == 0) return out;
   if (G.empty_source()) return api::zero_(out);
   Call c = make_call(G);
   c.grid = grid.const_data_ptr();
   set_source_ptr(c, input);
   set_out(c, out);
-  NJ_RUN(grid_pull, grid.scalar_type(), c);
+  if (kGrad)
+    NJ_RUN(grid_grad, grid.scalar_type(), c);
+  else
+    NJ_RUN(grid_pull, grid.scalar_type(), c);
   return out;
+}
+
+api::Tensor grid_pull(const api::Tensor& input, const api::Tensor& grid, api::IntArg order,
+                     api::IntArg bound, bool extrapolate) {
+  return gather_impl<false>(input, grid, order, bound, extrapolate);
 }
 
 api::Tensor grid_grad(const api::Tensor& input, const api::Tensor& grid, api::IntArg order,
                      api::IntArg bound, bool extrapolate) {
-  const Geom G = gather_geom(input, grid, order, bound, extrapolate);
-  api::Tensor out = empty_output(point_shape(grid, G.B, G.C, G.D, true), grid);
-  if (out.numel() == 0) return out;
-  if (G.empty_source()) return api::zero_(out);
-  Call c = make_call(G);
-  c.grid = grid.const_data_ptr();
-  set_source_ptr(c, input);
-  set_out(c, out);
-  NJ_RUN(grid_grad, grid.scalar_type(), c);
-  return out;
+  return gather_impl<true>(input, grid, order, bound, extrapolate);
 }
 
 // affine_pull: the points are the voxels of `shape`, their coordinates affine[b] @ (i, 1).
