@@ -45,14 +45,24 @@ class _CurrentKernels:
 
     def __init__(self):
         self.names, self.keys, self.devices = set(), {}, set()
-        for device in ("cpu", "cuda"):
+        # CUDA kernels are built for the GPUs of whoever called: every arch list the cache
+        # holds is current (a shared cache serves several GPUs); only sources, flags, compiler
+        # or toolkit make one stale
+        cuda_archs = {tuple(e.manifest["key"].get("archs") or ()) for e in cache.entries()
+                      if e.manifest["key"].get("kind") == "torch-free"
+                      and e.manifest["key"].get("device") == "cuda"}
+        for device, arch_lists in (("cpu", [None]), ("cuda", sorted(cuda_archs))):
             try:
-                keys = {n: jit.compute_key(backends.compiled.kernel_spec(n, device))
+                keys = {(n, archs): jit.compute_key(
+                            backends.compiled.kernel_spec(n, device, list(archs or ()) or None))
+                        for archs in arch_lists
                         for m in MODULES for n in backends.compiled.kernel_names(m, device)}
             except backends.compiled.BUILD_ERRORS:
                 continue
+            if not keys:
+                continue
             self.devices.add(device)
-            self.keys.update({(n, device): k for n, k in keys.items()})
+            self.keys.update({(n, device): k for (n, _), k in keys.items()})
             self.names.update(jit.entry_name(k) for k in keys.values())
 
     def reason(self, entry):

@@ -22,7 +22,7 @@ echo "== building the wheel"
 WHEEL=$(ls "$WORK"/dist/nitorch_jit-*.whl)
 case "$WHEEL" in *py3-none-any.whl) ;; *) echo "FAIL: not a pure wheel: $WHEEL"; exit 1;; esac
 LISTING=$(unzip -l "$WHEEL")  # (not piped into grep -q: pipefail would see unzip's SIGPIPE)
-for f in core/bounds.h lines/filter.h pushpull/cpu/pull.cpp pushpull/cpu/kernels.def pushpull/cpu/avx2/select.h pushpull/cuda/ops.cu; do
+for f in core/bounds.h lines/filter.h pushpull/cpu/pull.cpp pushpull/cpu/kernels.def pushpull/cpu/avx2/select.h pushpull/cuda/binding.cpp pushpull/cuda/kernels.def; do
     grep -q "nitorch_jit/csrc/$f" <<<"$LISTING" || { echo "FAIL: wheel lacks csrc/$f"; exit 1; }
 done
 

@@ -66,6 +66,31 @@ if ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
 fi
 echo "cores: $(nproc 2>/dev/null || echo ?), MAX_JOBS=$MAX_JOBS, cache $NI_JIT_CACHE_DIR"
 
+echo "== first CUDA use (issue 31): a fresh process, a cold cache, one 3-D order-1 float32 grid_pull"
+# what a new user waits for: the CUDA binding (host compiler) and the one kernel library the call
+# needs (nvcc, this GPU only), built side by side; then the same in a warm process
+for run in cold warm; do
+    limit 600 env NI_JIT_CACHE_DIR="$WORK/first_use_cache" NI_COMPILED_BACKEND=C "$PY" - "$run" \
+        2>"$WORK/first_use_$run.log" <<'EOF' | tee -a "$WORK/first_use.txt" || { echo "FAIL: first CUDA use ($run)"; STATUS=1; }
+import sys, time
+t0 = time.monotonic()
+import torch, nitorch_jit as nj
+x = torch.randn(1, 2, 32, 32, 32, device="cuda")
+g = torch.rand(1, 32, 32, 32, 3, device="cuda") * 31
+torch.cuda.synchronize()
+t = time.monotonic()
+y = nj.grid_pull(x, g, interpolation=1, bound="dct2")
+torch.cuda.synchronize()
+call = time.monotonic() - t
+ref = nj.grid_pull(x.cpu(), g.cpu(), interpolation=1, bound="dct2")
+err = (y.cpu() - ref).abs().max().item()
+assert err < 1e-4, err
+print(f"FIRST_USE {sys.argv[1]}: first call {call:.1f} s, process {time.monotonic() - t0:.1f} s, "
+      f"max |CUDA - CPU| {err:.1e}")
+EOF
+done
+grep -h "compiling\|built" "$WORK"/first_use_cold.log | sed 's/^/  /'
+
 echo "== build (every module, CUDA and CPU, in parallel)"
 # one process per library; ninja inside each gets a share of the cores
 JOBS_EACH=$(( MAX_JOBS / 4 )); [ $JOBS_EACH -lt 1 ] && JOBS_EACH=1
@@ -87,6 +112,9 @@ EOF
     done
 done
 for pid in "${PIDS[@]}"; do wait "$pid" || BUILD_FAIL=1; done
+# the CUDA kernel libraries of the split modules (one per op and dtype), as one pool: what
+# `nitorch-jit build` prebuilds for offline use
+limit 600 "$PY" -m nitorch_jit build --cuda pushpull >"$WORK/build_kernels.log" 2>&1 || BUILD_FAIL=1
 cat "$WORK"/build_*.log | tee "$WORK/build.txt"
 if [ $BUILD_FAIL -ne 0 ]; then
     echo "FAIL: build (logs under $NI_JIT_CACHE_DIR/.failed)"; KEEP=1; exit 1
@@ -123,6 +151,7 @@ if [ $STATUS -eq 0 ] && grep -q "^TARGET .* MISS$" "$WORK/bench.txt"; then STATU
 echo
 echo "================ summary ================"
 grep "^BUILD" "$WORK/build.txt" | sed 's/^BUILD /first build: /'
+grep -h "^FIRST_USE" "$WORK/first_use.txt" 2>/dev/null | sed "s/^FIRST_USE /first CUDA use, /" || true
 echo "tests: $(grep -E '(passed|failed|error)' "$WORK/pytest.txt" | tail -1) (exit $TESTS_RC)"
 grep -E "^(bench_cuda:|copy bandwidth|vs grid_sample|TARGET|tiles off|ratio)" "$WORK/bench.txt" || echo "benchmark: no result (exit $BENCH_RC)"
 grep -E "^(grid_sample|pull order|pull_backward|push order|grad_dot|affine_pull|grid_pull order|2-D)" "$WORK/bench.txt" | sed 's/^/  /' || true

@@ -128,18 +128,25 @@ inline void run(nj_kernel_fn fn, const void* call) {
 
 // The name of a kernel specialisation, '<module>.<op>.<float32|float64>.<variant>' (variant
 // "any": the generic path), as nitorch_jit/backends/compiled.py's kernel_names lists them.
-inline std::string kernel_name(const char* module, const char* op, bool f64,
+// (variant "cuda": the CUDA library of that op and dtype).
+inline std::string kernel_name(const char* module, const char* op, const char* dtype,
                                const std::string& variant) {
-  return std::string(module) + "." + op + (f64 ? ".float64." : ".float32.") + variant;
+  return std::string(module) + "." + op + "." + dtype + "." + variant;
 }
 
-// Run the kernel of (module, op) for float64 (f64) or float32 and `variant` on `call`; `slot`
+// Run the kernel of (module, op) for `dtype` ("float32", ...) and `variant` on `call`; `slot`
 // caches its entry (one slot per call site, dtype and variant).
 inline void run_kernel(std::atomic<nj_kernel_fn>& slot, const char* module, const char* op,
-                       bool f64, const std::string& variant, const void* call) {
+                       const char* dtype, const std::string& variant, const void* call) {
   nj_kernel_fn fn = slot.load(std::memory_order_acquire);
-  if (fn == nullptr) fn = kernel(slot, kernel_name(module, op, f64, variant).c_str());
+  if (fn == nullptr) fn = kernel(slot, kernel_name(module, op, dtype, variant).c_str());
   run(fn, call);
+}
+
+// The same for the CPU kernels, float64 (f64) or float32.
+inline void run_kernel(std::atomic<nj_kernel_fn>& slot, const char* module, const char* op,
+                       bool f64, const std::string& variant, const void* call) {
+  run_kernel(slot, module, op, f64 ? "float64" : "float32", variant, call);
 }
 
 }  // namespace binding

@@ -37,12 +37,17 @@ _SUFFIX = {"cpu": "*.cpp", "cuda": "*.cu"}
 # (module, device type) -> the binding's translation unit, for the modules split in a binding
 # and torch-free kernel libraries
 BINDINGS = {("pushpull", "cpu"): "binding.cpp", ("regsolve", "cpu"): "binding.cpp",
-            ("splinc", "cpu"): "binding.cpp", ("resize", "cpu"): "binding.cpp"}
+            ("splinc", "cpu"): "binding.cpp", ("resize", "cpu"): "binding.cpp",
+            ("pushpull", "cuda"): "binding.cpp"}
 # the kernel tables: csrc/<module>/<device>/kernels.def, read here and by the C++ (variants.h)
 _KERNEL_OP = re.compile(r"^NJ_KERNEL_OP\((\w+),\s*(\w+),\s*(0b[01]+|\d+)\)", re.MULTILINE)
 _FLOAT64_FAST = re.compile(r"^NJ_FLOAT64_FAST\((0b[01]+|\d+)\)", re.MULTILINE)
+_CUDA_KERNEL = re.compile(r"^NJ_CUDA_KERNEL\((\w+),\s*(\w+),\s*(\w+),\s*(0b[01]+|\d+)\)",
+                          re.MULTILINE)
 # dtype names of kernel specialisations -> the C type the kernel is compiled for
 KERNEL_DTYPES = {"float32": "float", "float64": "double"}
+# CUDA kernel libraries: one per op and dtype (bit d of a kernels.def dtype mask: Dtype d)
+CUDA_DTYPES = ["float16", "bfloat16", "float32", "float64"]
 # fast-path variants: every dim of order o in d dims; "any": the generic path
 FAST_VARIANTS = [(o, d) for o in range(4) for d in (2, 3)]
 
@@ -58,6 +63,17 @@ def kernel_table(module, device_type):
     ops = {op: (f"{unit}.cpp", int(mask, 0)) for op, unit, mask in _KERNEL_OP.findall(text)}
     f64 = _FLOAT64_FAST.findall(text)
     return ops, int(f64[0], 0) if f64 else 0
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_kernel_table(module):
+    """The CUDA kernels of `module`, from csrc/<module>/cuda/kernels.def: a dict op ->
+    (translation unit, dtype mask); empty where the module's CUDA library is not split."""
+    path = CSRC / module / "cuda" / "kernels.def"
+    if not path.is_file():
+        return {}
+    return {op: (f"{unit}.cu", int(mask, 0))
+            for op, unit, _, mask in _CUDA_KERNEL.findall(path.read_text())}
 
 
 def sources(module, device_type):
@@ -82,8 +98,8 @@ def sources(module, device_type):
 def kernel_names(module, device_type):
     """Every kernel specialisation of `module` on `device_type`,
     ``'<module>.<op>.<dtype>.<variant>'`` with variant ``'any'`` (the generic path) or ``'o1d3'``
-    (every dim of order 1 in 3-D), as the binding asks for them; empty where the module has no
-    kernel table.
+    (every dim of order 1 in 3-D), or ``'cuda'`` for a CUDA kernel library (every path of that
+    op and dtype), as the binding asks for them; empty where the module has no kernel table.
 
     Examples
     --------
@@ -91,6 +107,9 @@ def kernel_names(module, device_type):
     >>> compiled.kernel_names("pushpull", "cpu")[:2]
     ['pushpull.grid_pull.float32.any', 'pushpull.grid_pull.float32.o0d2']
     """
+    if device_type == "cuda":
+        return [f"{module}.{op}.{dt}.cuda" for op, (_, mask) in cuda_kernel_table(module).items()
+                for d, dt in enumerate(CUDA_DTYPES) if mask >> d & 1]
     ops, f64_mask = kernel_table(module, device_type)
     names = []
     for op, (_, mask) in ops.items():
@@ -101,14 +120,17 @@ def kernel_names(module, device_type):
     return names
 
 
-def kernel_spec(name, device_type="cpu"):
+def kernel_spec(name, device_type=None, archs=None):
     """Describe the torch-free library of one kernel specialisation.
 
     Parameters
     ----------
     name : str
         ``'<module>.<op>.<dtype>.<variant>'``, as ``kernel_names`` lists and the binding asks.
-    device_type : {'cpu'}
+    device_type : {'cpu', 'cuda'}, optional
+        Default: 'cuda' for a name of variant ``'cuda'``, else 'cpu'.
+    archs : str or list of str, optional
+        CUDA only: the architectures (default: ``TORCH_CUDA_ARCH_LIST``, else the visible GPU).
 
     Returns
     -------
@@ -123,11 +145,15 @@ def kernel_spec(name, device_type="cpu"):
     """
     parts = name.split(".")
     module = parts[0]
+    if device_type is None:
+        device_type = "cuda" if parts[-1] == "cuda" else "cpu"
     if name not in kernel_names(module, device_type):
         raise BackendError(f"no kernel {name!r} for {device_type}: expected a name of "
                            f"kernel_names(module, {device_type!r}), like "
                            f"'pushpull.grid_pull.float32.o1d3'")
     _, op, dtype, variant = parts
+    if device_type == "cuda":
+        return _cuda_kernel_spec(module, op, dtype, archs)
     source = kernel_table(module, device_type)[0][op][0]
     flags = ["-O3", "-std=c++17", "-DNJ_KERNEL_LIB", f"-DNJ_KERNEL_{op}",
              f"-DNJ_KERNEL_T={KERNEL_DTYPES[dtype]}"]
@@ -141,6 +167,21 @@ def kernel_spec(name, device_type="cpu"):
         what = f"{op} for {dim}-D order-{order} {dtype} ({device_type.upper()})"
     return jit.ModuleSpec(name, device_type, [CSRC / module / device_type / source], [CSRC],
                           cflags=flags, torch_free=True, direct=True, label=what)
+
+
+def _cuda_kernel_spec(module, op, dtype, archs):
+    """A CUDA kernel library: one op for one dtype, compiled by nvcc for `archs`; keyed on the
+    toolkit, the archs, the host compiler and the sources, not on torch."""
+    if not toolchain.cuda_enabled():
+        raise toolchain.ToolchainError("CUDA builds are off (NI_USE_CUDA=0)")
+    archs = toolchain.parse_arch_list(archs)
+    source = CSRC / module / "cuda" / cuda_kernel_table(module)[op][0]
+    # -std=c++17: no torch header here, so no standard of torch's to follow
+    flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DNJ_KERNEL_LIB",
+             f"-DNJ_KERNEL_{op}", f"-DNJ_KERNEL_DTYPE={CUDA_DTYPES.index(dtype)}"]
+    return jit.ModuleSpec(f"{module}.{op}.{dtype}.cuda", "cuda", [source], [CSRC], cflags=flags,
+                          archs=archs, torch_free=True, direct=True,
+                          label=f"{op} for {dtype} (CUDA)")
 
 
 # The first torch whose stable ABI has all that a binding uses (empty, from_blob with a deleter,
@@ -232,6 +273,15 @@ def module_spec(module, device_type, archs=None):
         units = sources(module, "cuda")
         if not units:
             raise BackendError(f"module {module!r} has no CUDA sources yet")
+        if (module, device_type) in BINDINGS:
+            # the binding holds no device code, so no arch: one binding serves every GPU. The
+            # flag only keeps cpp_extension from asking torch for a GPU (none is needed here).
+            # The archs are read all the same: the kernel libraries the binding asks for will
+            # need them, and a bad list falls back now rather than fail a call later
+            toolchain.parse_arch_list(archs)
+            return jit.ModuleSpec(module, "cuda", units, [CSRC], cflags=["-O1"],
+                                  cuda_cflags=["-arch=sm_90"],
+                                  label=f"the binding of '{module}' for CUDA")
         archs = toolchain.parse_arch_list(archs)
         # no -std for nvcc: torch.utils.cpp_extension adds the standard its torch needs
         # (c++17, or c++20 from torch 2.14 on, whose headers reject c++17)
@@ -247,7 +297,7 @@ def likely_kernel(module, device_type, op, dtype, order):
     """The kernel specialisation a call of `op` will most likely ask for: a prediction, from the
     module's kernels.def, of the rule the binding applies (pushpull/cpu/variants.h: a fast path
     when every dim has the same order, that order has one for the op and dtype, and D is 2 or 3;
-    else the generic path). Used only to build that kernel while the binding builds; a wrong
+    else the generic path; on CUDA, the op's library for the dtype). Used only to build that kernel while the binding builds; a wrong
     guess costs a build, never a wrong result (the binding asks for what it needs).
 
     Parameters
@@ -269,6 +319,13 @@ def likely_kernel(module, device_type, op, dtype, order):
     >>> compiled.likely_kernel("pushpull", "cpu", "grid_pull", torch.float32, [1, 1, 1])
     'pushpull.grid_pull.float32.o1d3'
     """
+    if device_type == "cuda":
+        table = cuda_kernel_table(module)
+        dt = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
+              torch.float64: "float64"}.get(dtype)
+        if op not in table or dt is None or not table[op][1] >> CUDA_DTYPES.index(dt) & 1:
+            return None
+        return f"{module}.{op}.{dt}.cuda"
     ops, f64_mask = kernel_table(module, device_type)
     dt = {torch.float32: "float32", torch.float64: "float64"}.get(dtype)
     if op not in ops or dt is None:
@@ -309,10 +366,10 @@ _BINDINGS = {}   # binding path -> its ctypes handle (kept open), for load_kerne
 _RESOLVERS = {}  # binding path -> the ctypes callback it holds (kept alive)
 
 
-def load_kernel(binding, name, device_type="cpu"):
-    """Build (if needed) and load the kernel library `name`, and bind its entry in the binding
-    loaded from path `binding`. Returns the kernel library's path."""
-    spec = kernel_spec(name, device_type)
+def load_kernel(binding, name, device_type=None, archs=None):
+    """Build (if needed) and load the kernel library `name` (for `archs`, CUDA only), and bind
+    its entry in the binding loaded from path `binding`. Returns the kernel library's path."""
+    spec = kernel_spec(name, device_type, archs)
     path = jit.load(spec)
     entry = "nj_" + "_".join(name.split(".")[:2])  # nj_pushpull_grid_pull
     address = ctypes.cast(getattr(jit.handle(path), entry), ctypes.c_void_p)
@@ -324,9 +381,10 @@ _RESOLVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p
                                   ctypes.c_int64)
 
 
-def _attach_binding(path, device_type):
+def _attach_binding(path, device_type, archs=None):
     """Hand the binding at `path` its resolver: a call that finds no kernel for its
-    specialisation asks here, and we build or load it (core/binding.h)."""
+    specialisation asks here, and we build or load it (core/binding.h), for the `archs` that
+    the binding was loaded for (CUDA)."""
     with _RESOLVE_LOCK:
         if str(path) in _BINDINGS:
             return
@@ -338,7 +396,7 @@ def _attach_binding(path, device_type):
 
         def resolve(name, err, err_len):
             try:  # no lock of ours: jit.load locks per entry, so threads build side by side
-                load_kernel(path, name.decode(), device_type)
+                load_kernel(path, name.decode(), device_type, archs)
                 return 0
             except BaseException as e:  # noqa: BLE001 -- nothing may unwind into C++
                 text = (f"{type(e).__name__}: {e}" if not isinstance(e, BUILD_ERRORS)
@@ -377,7 +435,7 @@ def load_module(module, device_type, archs=None):
     path = jit.load(module_spec(module, device_type, archs))
     tuning.attach(path)  # the kernels' knobs, chosen in Python
     if (module, device_type) in BINDINGS:
-        _attach_binding(path, device_type)
+        _attach_binding(path, device_type, archs)
     return path
 
 

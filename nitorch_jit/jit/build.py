@@ -28,7 +28,7 @@ _LOADED = {}  # entry name -> library path loaded in this process
 _HANDLES = {}  # path -> ctypes handle of a torch-free library (kept open)
 
 DEFAULT_SECONDS = {"cpu": 40, "cuda": 180}
-DEFAULT_TORCH_FREE_SECONDS = {"cpu": 5, "cuda": 30}
+DEFAULT_TORCH_FREE_SECONDS = {"cpu": 5, "cuda": 15}
 # a library with torch headers built by one compiler call (a binding on the stable ABI): one
 # translation unit, no worker, no ninja (measured here: 5-12 s on 2 busy cores)
 DEFAULT_DIRECT_SECONDS = {"cpu": 10, "cuda": 60}
@@ -184,7 +184,8 @@ def expected_seconds(key, entries=None, direct=False):
     entries = cache.entries() if entries is None else entries
     timed = [e for e in entries if e.manifest.get("build_seconds")
              and e.manifest["key"].get("module") == key.get("module")
-             and e.manifest["key"].get("device") == key.get("device")]
+             and e.manifest["key"].get("device") == key.get("device")
+             and bool(e.manifest["key"].get("archs")) == bool(key.get("archs"))]
     if timed:
         return _newest(timed).manifest["build_seconds"], "its last build"
     if key.get("kind") == "torch-free":
@@ -195,9 +196,11 @@ def expected_seconds(key, entries=None, direct=False):
         if times:
             return times[len(times) // 2], "like its others here"
         return DEFAULT_TORCH_FREE_SECONDS.get(key.get("device"), 10), "typical"
+    # a CUDA library without archs holds no device code (a binding): a host compile
+    device = "cpu" if key.get("device") == "cuda" and not key.get("archs") else key.get("device")
     if direct:
-        return DEFAULT_DIRECT_SECONDS.get(key.get("device"), 30), "typical"
-    return DEFAULT_SECONDS.get(key.get("device"), 60), "typical"
+        return DEFAULT_DIRECT_SECONDS.get(device, 30), "typical"
+    return DEFAULT_SECONDS.get(device, 60), "typical"
 
 
 def _estimate(key, direct=False):
@@ -340,11 +343,23 @@ def _load_failure(path, err):
 
 def _compile_command(spec, tmp):
     """The one compiler call that builds a library of a `direct` spec (no Python started): its
-    flags say everything (standard, defines, include folders, libraries)."""
-    cmd = [toolchain.cxx_command(), "-shared", "-fPIC", "-fvisibility=hidden"]
-    cmd += list(spec.cflags) + [f"-I{d}" for d in spec.include_dirs]
-    cmd += [str(s) for s in spec.sources]
-    return cmd + ["-o", str(tmp / f"{spec.library_name}.so")] + list(spec.ldflags)
+    flags say everything (standard, defines, include folders, libraries). A CUDA library is
+    built by the toolkit's nvcc, with the host compiler of the key, its device code for
+    spec.archs, and the CUDA runtime shared (the one torch loaded, else the toolkit's)."""
+    if spec.device == "cuda":
+        home, _ = toolchain.find_cuda_home()
+        runtime = toolchain.cudart_dir(home)
+        cmd = [str(Path(home) / "bin" / "nvcc"), "-shared", "-ccbin", toolchain.cxx_command(),
+               "-Xcompiler", "-fPIC,-fvisibility=hidden"]
+        cmd += list(spec.cflags) + toolchain.arch_flags(spec.archs)
+        ld = ["-cudart", "shared"] + ([f"-L{runtime}", f"-Xlinker=-rpath,{runtime}"]
+                                      if runtime else [])
+    else:
+        cmd = [toolchain.cxx_command(), "-shared", "-fPIC", "-fvisibility=hidden"]
+        cmd += list(spec.cflags)
+        ld = []
+    cmd += [f"-I{d}" for d in spec.include_dirs] + [str(s) for s in spec.sources]
+    return cmd + ["-o", str(tmp / f"{spec.library_name}.so")] + list(spec.ldflags) + ld
 
 
 def _run_compiler(spec, tmp, log_path, seat=None):
@@ -357,7 +372,8 @@ def _run_compiler(spec, tmp, log_path, seat=None):
     if with_cuda:
         home, _ = toolchain.find_cuda_home()
         env_extra["CUDA_HOME"] = home
-        env_extra["TORCH_CUDA_ARCH_LIST"] = ";".join(spec.archs)
+        if spec.archs:  # a CUDA binding has none: it holds no device code
+            env_extra["TORCH_CUDA_ARCH_LIST"] = ";".join(spec.archs)
     request = {
         "name": spec.library_name, "sources": [str(s) for s in spec.sources],
         "cflags": spec.cflags, "cuda_cflags": spec.cuda_cflags, "ldflags": spec.ldflags,
@@ -494,7 +510,7 @@ def _build(spec, key, name, seat=None):
         path = _load_cached(name, key, spec.torch_free)  # built by another while we waited
         if path is not None:
             return path
-        archs = f" for sm {', '.join(spec.archs)}" if spec.device == "cuda" else ""
+        archs = f" for sm {', '.join(spec.archs)}" if spec.archs else ""
         if seat is None:  # a pool says what it builds in its own progress line
             _say(f"compiling {what}{archs}, {_estimate(key, spec.direct)}, once: "
                  f"{_why(name, key)}; into {root / name}")

@@ -177,11 +177,19 @@ def _is_toolkit(home):
         missing.append("bin/nvcc")
     if not (home / "include" / "cuda_runtime.h").exists():
         missing.append("include/cuda_runtime.h")
-    libdirs = [home / "lib64", home / "lib", home / "targets" / "x86_64-linux" / "lib",
-               home / "targets" / "sbsa-linux" / "lib"]
-    if not any(list(d.glob("libcudart.so*")) for d in libdirs if d.is_dir()):
+    if cudart_dir(home) is None:
         missing.append("libcudart.so (lib64/)")
     return missing
+
+
+def cudart_dir(home):
+    """The folder of the toolkit at `home` that holds libcudart, or None."""
+    home = Path(home)
+    for d in (home / "lib64", home / "lib", home / "targets" / "x86_64-linux" / "lib",
+              home / "targets" / "sbsa-linux" / "lib"):
+        if d.is_dir() and list(d.glob("libcudart.so*")):
+            return d
+    return None
 
 
 @functools.lru_cache(None)
@@ -282,6 +290,8 @@ def parse_arch_list(text=None):
     """
     if text is None:
         text = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    if isinstance(text, (list, tuple)):  # an already parsed list (a cache key's)
+        text = ";".join(text)
     text = text.strip()
     if not text:
         text = "mine" if _visible_archs() else "all"

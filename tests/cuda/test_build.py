@@ -7,6 +7,7 @@ The build runs in a fresh process with its own cache (loading a second copy of t
 kernels into the test process would re-register them). Skipped only when torch is a CPU build
 or no CUDA toolkit is found; the fallback tests need neither.
 """
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from nitorch_jit.backends import compiled
 from nitorch_jit.jit import toolchain
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,9 +38,9 @@ def lines(proc, tag):
 
 BUILD = """
 import json, sys, time, torch
-from nitorch_jit import backends
+from nitorch_jit import backends, jit
 from nitorch_jit.jit import cache
-from nitorch_jit.backends import MODULES
+from nitorch_jit.backends import MODULES, compiled
 module = sys.argv[1]
 start = time.monotonic()
 path = backends.load_module(module, "cuda", "{ARCH}")
@@ -47,8 +49,19 @@ print("LIBRARY", path)
 missing = [op for op in MODULES[module]
            if not torch._C._dispatch_has_kernel_for_dispatch_key("nitorch_jit::" + op, "CUDA")]
 print("MISSING", json.dumps(missing))
+# a split module: every op's kernel library in float32 (each kernel file, each op's guard) and
+# the other dtypes of grid_pull, built as a pool and bound in the binding as a call binds them
+names = [n for n in compiled.kernel_names(module, "cuda")
+         if n.endswith(".float32.cuda") or n.startswith(module + ".grid_pull.")]
+start = time.monotonic()
+outcomes = jit.load_all([compiled.kernel_spec(n, archs="{ARCH}") for n in names])
+print("KERNEL_SECONDS", time.monotonic() - start)
+print("KERNEL_FAILED", json.dumps([str(o.error) for o in outcomes if o.error is not None]))
+bound = [str(compiled.load_kernel(path, n, archs="{ARCH}")) for n in names]
+print("BOUND", json.dumps(len(bound)))
 entries = [e for e in cache.entries() if e.manifest["key"].get("device") == "cuda"]
-print("ARCHS", json.dumps([e.manifest["key"].get("archs") for e in entries]))
+print("ARCHS", json.dumps(sorted({json.dumps(e.manifest["key"].get("archs")) for e in entries})))
+print("KERNELS", json.dumps(len(names)))
 """
 
 
@@ -65,9 +78,20 @@ def test_cuda_module_builds_and_registers(tmp_path, module):
                MAX_JOBS=os.environ.get("MAX_JOBS", str(os.cpu_count() or 1)))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert lines(proc, "MISSING") == ["[]"], proc.stdout
-    assert lines(proc, "ARCHS") == [f'[["{ARCH}"]]'], proc.stdout
+    kernels = json.loads(lines(proc, "KERNELS")[0])
     seconds = float(lines(proc, "SECONDS")[0])
-    print(f"CUDA {module} module built for sm {ARCH} in {seconds:.0f} s")
+    if (module, "cuda") in compiled.BINDINGS:
+        # the binding holds no device code (no arch); the kernel libraries are built for ARCH
+        assert kernels >= 10, proc.stdout
+        assert lines(proc, "KERNEL_FAILED") == ["[]"], proc.stdout + proc.stderr[-6000:]
+        assert json.loads(lines(proc, "BOUND")[0]) == kernels
+        assert set(json.loads(lines(proc, "ARCHS")[0])) == {"[]", f'["{ARCH}"]'}, proc.stdout
+        print(f"CUDA {module}: binding in {seconds:.0f} s, {kernels} kernel libraries for sm "
+              f"{ARCH} in {float(lines(proc, 'KERNEL_SECONDS')[0]):.0f} s")
+    else:
+        assert kernels == 0
+        assert json.loads(lines(proc, "ARCHS")[0]) == [f'["{ARCH}"]'], proc.stdout
+        print(f"CUDA {module} module built for sm {ARCH} in {seconds:.0f} s")
 
 
 FALLBACK = """

@@ -1,5 +1,9 @@
-// Instantiation stub: the CUDA kernels of grid_grad for every dtype (kernels.cuh holds them and
-// the macro; docs/pushpull-spec.md). One file per op, so that nvcc builds them in parallel.
-#include "pushpull/cuda/kernels.cuh"
+// The CUDA kernels of the ops below (launch.cuh holds the macros, kernels.cuh the kernels;
+// docs/pushpull-spec.md). A kernel library (-DNJ_KERNEL_LIB) holds one op (-DNJ_KERNEL_<op>)
+// for one dtype (-DNJ_KERNEL_DTYPE); the host emulation of the tests holds every one.
+#include "pushpull/cuda/launch.cuh"
 
+#if !defined(NJ_KERNEL_LIB) || defined(NJ_KERNEL_grid_grad)
 NJ_PUSHPULL_LAUNCH(kGrad, GradOp, (1 << 1) | (1 << 3))
+NJ_PUSHPULL_EXPORT(grid_grad, kGrad)
+#endif

@@ -1,7 +1,8 @@
 // CUDA pushpull ops, host side (docs/pushpull-spec.md): argument checks, geometry, outputs and
 // dispatch. Templated on a Policy (device test, device guard, kernel launch) so that the same
-// code serves the CUDA library (ops.cu) and the host emulation of the kernels that
-// the tests run without a GPU (tests/cuda/emu/pushpull_cuda_emu.cpp).
+// code serves the CUDA binding (binding.cpp: the kernels in libraries of their own, found by
+// name) and the host emulation of the kernels that the tests run without a GPU
+// (tests/cuda/emu/pushpull_cuda_emu.cpp).
 //
 // Dtypes: float32, float64, and float16 / bfloat16 data (computed in float32) whose grid is
 // either the same half type or float32. Outputs: pull/grad/push/pushgrad in the data's dtype,

@@ -1,6 +1,6 @@
-// CUDA pushpull kernels: what the host side (ops.cu) passes to the kernel files (pull.cu, grad.cu,
-// push.cu, pushgrad.cu, graddot.cu, hessdot.cu, pullback.cu). Kept free of torch headers so the
-// kernel files compile quickly and in parallel.
+// CUDA pushpull kernels: what the binding (binding.cpp) passes to the kernel files (pull.cu,
+// grad.cu, push.cu, pushgrad.cu, graddot.cu, hessdot.cu, pullback.cu). Kept free of torch
+// headers: each kernel file is a torch-free kernel library of its own (one op, one dtype).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -54,6 +54,14 @@ struct Params : Geometry {
   // affine ops: contiguous [B, D, D+1] matrix in the computation type (mB = 0: shared)
   const void* mat = nullptr;
   int64_t mB = 0;
+};
+
+// One launch, as the CUDA binding hands it to a kernel library's entry (launch.cuh).
+struct KernelCall {
+  const Params* params;
+  int dtype;  // a Dtype
+  int i32;    // 32-bit offsets
+  void* stream;  // the cudaStream_t to launch on
 };
 
 // Launch one op on `stream` with 32-bit (i32) or 64-bit offsets; returns the launch status.
