@@ -20,7 +20,11 @@ using std::isfinite;
 
 #include "cuda_emu.h"
 
+#include <cstdio>
 #include <type_traits>  // (standard headers first: they use __attribute__((__noinline__)))
+
+#include "core/cuda_entry.h"
+#include "core/host.h"
 #define __noinline__ __attribute__((noinline))
 #include "pushpull/cuda/grad.cu"
 #include "pushpull/cuda/graddot.cu"
