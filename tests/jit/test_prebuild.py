@@ -16,7 +16,7 @@ import pytest
 
 from nitorch_jit import cli, jit
 from nitorch_jit.backends import compiled
-from nitorch_jit.jit import batch, build, cache
+from nitorch_jit.jit import batch, build, cache, toolchain
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "jit" / "data"
@@ -277,3 +277,27 @@ def test_info_says_what_a_call_compiles(kernel_entries, capsys):
     assert lines[at + 1].strip() == (f"kernels: 2 of {total} kernel libraries cached; a call "
                                      f"compiles the one it needs, about 2 s (like its others "
                                      f"here)")
+
+
+def test_clear_stale_keeps_cuda_kernels_of_every_arch_list(tmp_path, monkeypatch, capsys):
+    """CUDA kernel libraries are built for the GPUs of whoever called, so a cache (a shared one
+    above all) holds several arch lists: each stays current; an edit of the sources does not."""
+    try:
+        toolchain.find_cuda_home()
+    except toolchain.ToolchainError as e:
+        pytest.skip(f"no CUDA toolkit here: {e}")
+    root = tmp_path / "cache"
+    monkeypatch.setenv("NI_JIT_CACHE_DIR", str(root))
+    monkeypatch.setattr(cache, "_SAID", set())
+    name = "pushpull.grid_pull.float32.cuda"
+    current = []
+    for archs in ("8.0", "9.0;12.0"):
+        key = jit.compute_key(compiled.kernel_spec(name, archs=archs))
+        current.append(_fake_entry(root, jit.entry_name(key), key))
+    old = dict(jit.compute_key(compiled.kernel_spec(name, archs="8.0")), sources="0" * 64)
+    stale = _fake_entry(root, jit.entry_name(old), old)
+    assert cli.main(["cache", "clear", "--stale"]) == 0
+    out = capsys.readouterr().out
+    assert "1 entry removed (stale only), 1 of them kernel libraries" in out
+    assert not stale.exists()
+    assert all(folder.exists() for folder in current)
