@@ -1,5 +1,6 @@
-// What the plain-C entries of every CUDA kernel library share (core/host.h's nj_kernel_fn): a
-// launch status turned into the error text the binding raises unchanged. No torch header.
+// What every CUDA kernel library shares: its one dtype, and its plain-C entry's error (the
+// nj_kernel_fn of core/host.h: a launch status turned into the text the binding raises
+// unchanged). No torch header.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,6 +9,17 @@
 #include <cstdio>
 
 namespace nitorch_jit {
+
+// A CUDA kernel library holds one kernel for one dtype (-DNJ_KERNEL_DTYPE: 0 float16,
+// 1 bfloat16, 2 float32, 3 float64), so nvcc compiles only that one; the host emulation of the
+// tests holds every dtype.
+constexpr bool builds_dtype(int dtype) {
+#if defined(NJ_KERNEL_DTYPE)
+  return dtype == NJ_KERNEL_DTYPE;
+#else
+  return dtype >= 0;
+#endif
+}
 
 // 0 when `rc` is cudaSuccess; else 1, with "CUDA error: <text> (<name>) launching <what>" in err.
 inline int launch_error(cudaError_t rc, const char* what, char* err, int64_t err_len) {

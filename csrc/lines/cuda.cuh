@@ -14,6 +14,8 @@
 // through nj_emulate_launch instead of <<<>>>.
 #pragma once
 
+#include "core/cuda_entry.h"
+#include "core/host.h"
 #include "lines/cuda.h"
 
 namespace nitorch_jit {
@@ -107,28 +109,66 @@ cudaError_t gather_t(const T* in, T* out, int64_t outer, int64_t lin, int64_t lo
 
 }  // namespace
 
+// A kernel library (-DNJ_KERNEL_LIB) holds one launcher (-DNJ_KERNEL_filter or _gather) for one
+// dtype (core/cuda_entry.h); the emulation of the tests holds both, for both dtypes.
+#if !defined(NJ_KERNEL_LIB) || defined(NJ_KERNEL_filter)
 cudaError_t filter(void* x, bool dbl, int64_t outer, int64_t n, int64_t inner,
                    const splinc::LinePlan* plan, cudaStream_t stream) {
-  if (dbl) return filter_t(static_cast<double*>(x), outer, n, inner, plan, stream);
-  return filter_t(static_cast<float*>(x), outer, n, inner, plan, stream);
+  if constexpr (builds_dtype(3))
+    if (dbl) return filter_t(static_cast<double*>(x), outer, n, inner, plan, stream);
+  if constexpr (builds_dtype(2))
+    if (!dbl) return filter_t(static_cast<float*>(x), outer, n, inner, plan, stream);
+  return cudaErrorInvalidValue;  // a dtype this kernel library was not built for
 }
+#endif
 
+#if !defined(NJ_KERNEL_LIB) || defined(NJ_KERNEL_gather)
 cudaError_t gather(const void* in, void* out, bool dbl, int64_t outer, int64_t lin, int64_t lout,
                    int64_t inner, const int32_t* idx, const void* w, int K, bool i32,
                    cudaStream_t stream) {
-  if (dbl) {
-    const auto* s = static_cast<const double*>(in);
-    auto* d = static_cast<double*>(out);
-    const auto* wt = static_cast<const double*>(w);
-    if (i32) return gather_t<double, int32_t>(s, d, outer, lin, lout, inner, idx, wt, K, stream);
-    return gather_t<double, int64_t>(s, d, outer, lin, lout, inner, idx, wt, K, stream);
-  }
-  const auto* s = static_cast<const float*>(in);
-  auto* d = static_cast<float*>(out);
-  const auto* wt = static_cast<const float*>(w);
-  if (i32) return gather_t<float, int32_t>(s, d, outer, lin, lout, inner, idx, wt, K, stream);
-  return gather_t<float, int64_t>(s, d, outer, lin, lout, inner, idx, wt, K, stream);
+  auto go = [&](auto zero) -> cudaError_t {
+    using T = decltype(zero);
+    const auto* s = static_cast<const T*>(in);
+    auto* d = static_cast<T*>(out);
+    const auto* wt = static_cast<const T*>(w);
+    if (i32) return gather_t<T, int32_t>(s, d, outer, lin, lout, inner, idx, wt, K, stream);
+    return gather_t<T, int64_t>(s, d, outer, lin, lout, inner, idx, wt, K, stream);
+  };
+  if constexpr (builds_dtype(3))
+    if (dbl) return go(0.0);
+  if constexpr (builds_dtype(2))
+    if (!dbl) return go(0.0f);
+  return cudaErrorInvalidValue;  // a dtype this kernel library was not built for
 }
+#endif
 
 }  // namespace lines_cuda
 }  // namespace nitorch_jit
+
+// The plain-C entries of a kernel library of MODULE (splinc, resize): nj_<MODULE>_filter or
+// nj_<MODULE>_gather, whose call is a FilterCall or GatherCall (cuda.h). Expanded by the
+// module's kernels.cu; nothing outside a kernel library.
+#if defined(NJ_KERNEL_LIB) && defined(NJ_KERNEL_filter) && !defined(NJ_LINES_EMULATE)
+#define NJ_LINES_EXPORT(MODULE)                                                                \
+  extern "C" __attribute__((visibility("default"))) int nj_##MODULE##_filter(                 \
+      const nj_host*, const void* call, char* err, int64_t err_len) {                         \
+    const auto& c = *static_cast<const nitorch_jit::lines_cuda::FilterCall*>(call);           \
+    return nitorch_jit::launch_error(                                                          \
+        nitorch_jit::lines_cuda::filter(c.x, c.dbl != 0, c.outer, c.n, c.inner, c.plan,        \
+                                        static_cast<cudaStream_t>(c.stream)),                  \
+        "the line filter", err, err_len);                                                      \
+  }
+#elif defined(NJ_KERNEL_LIB) && defined(NJ_KERNEL_gather) && !defined(NJ_LINES_EMULATE)
+#define NJ_LINES_EXPORT(MODULE)                                                                \
+  extern "C" __attribute__((visibility("default"))) int nj_##MODULE##_gather(                 \
+      const nj_host*, const void* call, char* err, int64_t err_len) {                         \
+    const auto& c = *static_cast<const nitorch_jit::lines_cuda::GatherCall*>(call);           \
+    return nitorch_jit::launch_error(                                                          \
+        nitorch_jit::lines_cuda::gather(c.in, c.out, c.dbl != 0, c.outer, c.lin, c.lout,       \
+                                        c.inner, c.idx, c.w, c.K, c.i32 != 0,                  \
+                                        static_cast<cudaStream_t>(c.stream)),                  \
+        "the line gather", err, err_len);                                                      \
+  }
+#else
+#define NJ_LINES_EXPORT(MODULE)
+#endif

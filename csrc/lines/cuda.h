@@ -1,6 +1,7 @@
 // CUDA kernels that work line by line along one dim (splinc, resize): the launchers the host
-// code calls. No torch header, so the kernel files (csrc/<module>/*_kernels.cu, which include
-// cuda.cuh) compile quickly and in parallel with the host files.
+// code calls. No torch header. A kernel library (csrc/<module>/cuda/kernels.cu, which includes
+// cuda.cuh) defines them; a module's CUDA binding defines them as calls into those libraries
+// (cuda_binding.h).
 //
 // Every tensor is contiguous and seen as [outer, len, inner]: line (o, i) starts at
 // (o * len) * inner + i and has stride inner. Threads are numbered with i fastest, so the
@@ -34,6 +35,24 @@ NJ_LINES_API cudaError_t filter(void* x, bool dbl, int64_t outer, int64_t n, int
 NJ_LINES_API cudaError_t gather(const void* in, void* out, bool dbl, int64_t outer, int64_t lin,
                                 int64_t lout, int64_t inner, const int32_t* idx, const void* w,
                                 int K, bool i32, cudaStream_t stream);
+
+// What a CUDA binding hands to the entry of a kernel library (cuda.cuh's NJ_LINES_EXPORT).
+struct FilterCall {
+  void* x;
+  int64_t outer, n, inner;
+  const splinc::LinePlan* plan;
+  void* stream;  // the cudaStream_t to launch on
+  int dbl;
+};
+struct GatherCall {
+  const void* in;
+  void* out;
+  int64_t outer, lin, lout, inner;
+  const int32_t* idx;
+  const void* w;
+  int K, dbl, i32;
+  void* stream;  // the cudaStream_t to launch on
+};
 
 }  // namespace lines_cuda
 }  // namespace nitorch_jit

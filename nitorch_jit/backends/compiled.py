@@ -38,7 +38,8 @@ _SUFFIX = {"cpu": "*.cpp", "cuda": "*.cu"}
 # and torch-free kernel libraries
 BINDINGS = {("pushpull", "cpu"): "binding.cpp", ("regsolve", "cpu"): "binding.cpp",
             ("splinc", "cpu"): "binding.cpp", ("resize", "cpu"): "binding.cpp",
-            ("pushpull", "cuda"): "binding.cpp"}
+            ("pushpull", "cuda"): "binding.cpp", ("splinc", "cuda"): "binding.cpp",
+            ("resize", "cuda"): "binding.cpp", ("regsolve", "cuda"): "binding.cpp"}
 # the kernel tables: csrc/<module>/<device>/kernels.def, read here and by the C++ (variants.h)
 _KERNEL_OP = re.compile(r"^NJ_KERNEL_OP\((\w+),\s*(\w+),\s*(0b[01]+|\d+)\)", re.MULTILINE)
 _FLOAT64_FAST = re.compile(r"^NJ_FLOAT64_FAST\((0b[01]+|\d+)\)", re.MULTILINE)
@@ -297,7 +298,8 @@ def likely_kernel(module, device_type, op, dtype, order):
     """The kernel specialisation a call of `op` will most likely ask for: a prediction, from the
     module's kernels.def, of the rule the binding applies (pushpull/cpu/variants.h: a fast path
     when every dim has the same order, that order has one for the op and dtype, and D is 2 or 3;
-    else the generic path; on CUDA, the op's library for the dtype). Used only to build that kernel while the binding builds; a wrong
+    else the generic path; on CUDA, the library of the op, or else of the module's first
+    kernel, for the dtype). Used only to build that kernel while the binding builds; a wrong
     guess costs a build, never a wrong result (the binding asks for what it needs).
 
     Parameters
@@ -323,9 +325,12 @@ def likely_kernel(module, device_type, op, dtype, order):
         table = cuda_kernel_table(module)
         dt = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
               torch.float64: "float64"}.get(dtype)
-        if op not in table or dt is None or not table[op][1] >> CUDA_DTYPES.index(dt) & 1:
+        # a kernel of that op's name; else the module's first (splinc and resize name their
+        # kernels by launcher: filter, gather)
+        kernel = op if op in table else next(iter(table), None)
+        if kernel is None or dt is None or not table[kernel][1] >> CUDA_DTYPES.index(dt) & 1:
             return None
-        return f"{module}.{op}.{dt}.cuda"
+        return f"{module}.{kernel}.{dt}.cuda"
     ops, f64_mask = kernel_table(module, device_type)
     dt = {torch.float32: "float32", torch.float64: "float64"}.get(dtype)
     if op not in ops or dt is None:

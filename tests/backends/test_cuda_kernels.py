@@ -37,7 +37,13 @@ def test_names_cover_every_op_and_dtype():
                                          {"float16", "bfloat16"})
         assert dts == want, (op, dts)
     assert all(n.endswith(".cuda") for n in names)
-    assert compiled.kernel_names("splinc", "cuda") == []  # not split: one library per module
+    # the others name their kernels by launcher (lines/cuda.h) or op; float32 and float64
+    assert compiled.kernel_names("splinc", "cuda") == ["splinc.filter.float32.cuda",
+                                                       "splinc.filter.float64.cuda"]
+    assert {n.split(".")[1] for n in compiled.kernel_names("resize", "cuda")} == \
+        {"gather", "filter"}
+    assert {n.split(".")[1] for n in compiled.kernel_names("regsolve", "cuda")} == \
+        set(MODULES["regsolve"])
 
 
 def test_every_op_kind_has_one_kernel_line():
@@ -68,7 +74,12 @@ def test_likely_kernel_on_cuda():
     assert like("pushpull", "cuda", "affine_pull", torch.float64, [1]) == \
         "pushpull.affine_pull.float64.cuda"
     assert like("pushpull", "cuda", "affine_pull", torch.float16, [1]) is None
-    assert like("splinc", "cuda", "spline_coeff", torch.float32, [3]) is None
+    assert like("splinc", "cuda", "spline_coeff_nd", torch.float32, [3]) == \
+        "splinc.filter.float32.cuda"
+    assert like("resize", "cuda", "resize", torch.float64, [1]) == "resize.gather.float64.cuda"
+    assert like("regsolve", "cuda", "reg_relax_", torch.float32, [1]) == \
+        "regsolve.reg_relax_.float32.cuda"
+    assert like("splinc", "cuda", "spline_coeff_nd", torch.float16, [3]) is None
 
 
 def test_binding_key_holds_no_arch():

@@ -82,7 +82,7 @@ def test_cuda_module_builds_and_registers(tmp_path, module):
     seconds = float(lines(proc, "SECONDS")[0])
     if (module, "cuda") in compiled.BINDINGS:
         # the binding holds no device code (no arch); the kernel libraries are built for ARCH
-        assert kernels >= 10, proc.stdout
+        assert kernels >= (10 if module == "pushpull" else 1), proc.stdout
         assert lines(proc, "KERNEL_FAILED") == ["[]"], proc.stdout + proc.stderr[-6000:]
         assert json.loads(lines(proc, "BOUND")[0]) == kernels
         assert set(json.loads(lines(proc, "ARCHS")[0])) == {"[]", f'["{ARCH}"]'}, proc.stdout

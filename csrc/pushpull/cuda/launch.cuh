@@ -13,16 +13,6 @@ namespace nitorch_jit {
 namespace pushpull {
 namespace cuda {
 
-// A kernel library holds one op for one dtype (NJ_KERNEL_DTYPE, a Dtype: nvcc compiles a
-// quarter of the code); the host emulation and a whole-module build hold every dtype.
-constexpr bool builds_dtype(Dtype d) {
-#if defined(NJ_KERNEL_DTYPE)
-  return d == NJ_KERNEL_DTYPE;
-#else
-  return static_cast<int>(d) >= 0;
-#endif
-}
-
 // --------------------------------------------------------------------------------------------
 // Variant selection and launch. MASK bit o: fast path for "every dim has order o".
 // blocks of the affine_grad_dot reduction: enough to fill the GPU, few atomics
@@ -108,16 +98,16 @@ cudaError_t launch_all(const Params& prm, Dtype dtype, bool i32, cudaStream_t st
   };
   switch (dtype) {
     case kHalf:
-      if constexpr (builds_dtype(kHalf)) return go(__half());
+      if constexpr (nitorch_jit::builds_dtype(kHalf)) return go(__half());
       break;
     case kBFloat16:
-      if constexpr (builds_dtype(kBFloat16)) return go(__nv_bfloat16());
+      if constexpr (nitorch_jit::builds_dtype(kBFloat16)) return go(__nv_bfloat16());
       break;
     case kFloat:
-      if constexpr (builds_dtype(kFloat)) return go(float());
+      if constexpr (nitorch_jit::builds_dtype(kFloat)) return go(float());
       break;
     case kDouble:
-      if constexpr (builds_dtype(kDouble)) return go(double());
+      if constexpr (nitorch_jit::builds_dtype(kDouble)) return go(double());
       break;
   }
   return cudaErrorInvalidValue;  // a dtype this kernel library was not built for
@@ -131,9 +121,9 @@ cudaError_t launch_affine(const Params& prm, Dtype dtype, bool i32, cudaStream_t
     if (i32) return launch_op<OpT<S, int32_t>, MASK32>(prm, stream);
     return launch_op<OpT<S, int64_t>, MASK64>(prm, stream);
   };
-  if constexpr (builds_dtype(kFloat))
+  if constexpr (nitorch_jit::builds_dtype(kFloat))
     if (dtype == kFloat) return go(float());
-  if constexpr (builds_dtype(kDouble))
+  if constexpr (nitorch_jit::builds_dtype(kDouble))
     if (dtype == kDouble) return go(double());
   return cudaErrorInvalidValue;  // a dtype this kernel library was not built for
 }

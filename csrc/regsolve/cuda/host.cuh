@@ -2,7 +2,7 @@
 // (regsolve/host.h, shared), the tap list merged as the CPU ops merge it, then one launch per
 // op (per colour for reg_relax_). Templated on a Policy (lines/cuda_host.cuh:
 // kDevice, on_device, Guard, stream, check, upload) so that the same code serves the CUDA
-// library (ops.cu) and the host emulation of the kernels
+// binding (binding.cpp) and the host emulation of the kernels
 // (tests/cuda/emu/regsolve_cuda_emu.cpp).
 //
 // The constants of a call (the merged taps, where an interior voxel's taps read, the tap

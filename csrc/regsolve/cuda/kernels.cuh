@@ -24,6 +24,7 @@
 #pragma once
 
 #include "regsolve/point.h"
+#include "core/cuda_entry.h"
 #include "regsolve/cuda/params.cuh"
 
 namespace nitorch_jit {
@@ -305,25 +306,37 @@ cudaError_t launch_nc(const Params& p, cudaStream_t stream) {
     }
 }
 
+// A kernel library holds one op for one dtype (core/cuda_entry.h); the emulation, every one.
 template <Op OP>
 cudaError_t launch_any(const Params& p, bool dbl, bool i32, cudaStream_t stream) {
-  if (dbl)
-    return i32 ? launch_nc<OP, double, int32_t>(p, stream)
-               : launch_nc<OP, double, int64_t>(p, stream);
-  return i32 ? launch_nc<OP, float, int32_t>(p, stream) : launch_nc<OP, float, int64_t>(p, stream);
+  if constexpr (builds_dtype(3))
+    if (dbl)
+      return i32 ? launch_nc<OP, double, int32_t>(p, stream)
+                 : launch_nc<OP, double, int64_t>(p, stream);
+  if constexpr (builds_dtype(2))
+    if (!dbl)
+      return i32 ? launch_nc<OP, float, int32_t>(p, stream)
+                 : launch_nc<OP, float, int64_t>(p, stream);
+  return cudaErrorInvalidValue;  // a dtype this kernel library was not built for
 }
 
 }  // namespace
 
+#if !defined(NJ_KERNEL_LIB) || defined(NJ_KERNEL_reg_matvec)
 cudaError_t matvec(const Params& p, bool dbl, bool i32, cudaStream_t stream) {
   return launch_any<Op::kMatvec>(p, dbl, i32, stream);
 }
+#endif
+#if !defined(NJ_KERNEL_LIB) || defined(NJ_KERNEL_reg_precond)
 cudaError_t precond(const Params& p, bool dbl, bool i32, cudaStream_t stream) {
   return launch_any<Op::kPrecond>(p, dbl, i32, stream);
 }
+#endif
+#if !defined(NJ_KERNEL_LIB) || defined(NJ_KERNEL_reg_relax_)
 cudaError_t relax(const Params& p, bool dbl, bool i32, cudaStream_t stream) {
   return launch_any<Op::kRelax>(p, dbl, i32, stream);
 }
+#endif
 
 }  // namespace cuda
 }  // namespace regsolve

@@ -139,6 +139,13 @@ inline void set_boxes(Params& p, const int64_t* col, const int64_t* per) {
   }
 }
 
+// One launch, as the CUDA binding hands it to a kernel library's entry (kernels.cu).
+struct KernelCall {
+  const Params* params;
+  int dbl, i32;
+  void* stream;  // the cudaStream_t to launch on
+};
+
 // out = (L + H) x. dbl: float64, else float32. i32: every element offset of every tensor fits
 // in int32 (faster index arithmetic).
 NJ_REGSOLVE_API cudaError_t matvec(const Params& p, bool dbl, bool i32, cudaStream_t stream);

@@ -1,7 +1,7 @@
 // CUDA resize ops, host side (docs/splinc-resize-spec.md): the CPU ops' checks and messages,
 // the same passes in the same order with the same tap tables (resize/tables.h),
 // then one launch per step. Templated on a Policy (lines/cuda_host.cuh) so that
-// the same code serves the CUDA library (ops.cu) and the host emulation of the kernels
+// the same code serves the CUDA binding (binding.cpp) and the host emulation of the kernels
 // (tests/cuda/emu/lines_cuda_emu.cpp).
 //
 // Each step along dim d works on contiguous [outer, len, inner] views:

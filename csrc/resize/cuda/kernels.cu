@@ -1,3 +1,6 @@
-// Instantiation stub: resize's CUDA line kernels (the gather; the filter for the prefilter), in
-// a file of its own so that it compiles without the torch headers, in parallel with ops.cu.
+// resize's CUDA kernel libraries (issue 31): the line kernels of lines/cuda.cuh, one launcher
+// (filter or gather, -DNJ_KERNEL_<launcher>) and one dtype per library, with its plain-C entry
+// nj_resize_<launcher> (kernels.def lists them). No torch header.
 #include "lines/cuda.cuh"
+
+NJ_LINES_EXPORT(resize)

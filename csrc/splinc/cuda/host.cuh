@@ -1,6 +1,6 @@
 // CUDA splinc ops, host side (docs/splinc-resize-spec.md): the CPU ops' checks and messages,
 // the plans, the launches. Templated on a Policy (lines/cuda_host.cuh) so that
-// the same code serves the CUDA library (ops.cu) and the host emulation of the
+// the same code serves the CUDA binding (binding.cpp) and the host emulation of the
 // kernels (tests/cuda/emu/lines_cuda_emu.cpp).
 //
 // The data are filtered in a contiguous buffer (the output; for the in-place op the input

@@ -1,3 +1,6 @@
-// Instantiation stub: splinc's CUDA line kernels (the filter; also the unused gather), in a
-// file of its own so that it compiles without the torch headers, in parallel with ops.cu.
+// splinc's CUDA kernel libraries (issue 31): the line kernels of lines/cuda.cuh, one launcher
+// (filter or gather, -DNJ_KERNEL_<launcher>) and one dtype per library, with its plain-C entry
+// nj_splinc_<launcher> (kernels.def lists them). No torch header.
 #include "lines/cuda.cuh"
+
+NJ_LINES_EXPORT(splinc)

@@ -16,7 +16,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <type_traits>  // (standard headers first: they use __attribute__((__noinline__)))
+
+#include "core/cuda_entry.h"
+#include "core/host.h"
 
 #include "cuda_emu.h"
 
