@@ -13,12 +13,16 @@ with perf_counter around its whole run (wall; nothing subtracted), in a cache ro
 - upgrade: the first grid_pull under another torch (--upgrade-python) on a copy of that warm
   cache (skipped with a note without --upgrade-python);
 - build: `nitorch-jit build --no-cuda` from cold (absolute seconds recorded);
-- warm: a fresh process on the warm cache, judged on its in-process first call.
+- warm: a fresh process on the warm cache, judged on its in-process first call;
+- cuda: for each module, under a CUDA torch (--cuda-python; no GPU needed), what a first CUDA
+  call compiles before it could launch: its binding, and the kernel it asks for, for one arch
+  (--cuda-arch), in a cold cache (a classic binding: up to 2 CAL, as the issue allows).
 The children run this tree's nitorch_jit (PYTHONPATH), whatever main holds; each prints its
 own import and call time, and the table says what each case built (from the manifests).
 
 usage: python scripts/bench_first_use.py [--upgrade-python /tmp/venv214/bin/python]
-       [--cases grid_pull families upgrade build warm] [--record FILE] [--keep]
+       [--cuda-python /tmp/venv214/bin/python] [--cases grid_pull families upgrade build warm
+       cuda] [--record FILE] [--keep]
 a smoke run of the script itself (nothing compiles; CAL given, not measured):
        python scripts/bench_first_use.py --backend TORCH --cal 10 --cases grid_pull warm
 --record FILE writes the table as a record of the documentation's benchmark pages
@@ -80,7 +84,11 @@ CALLS = {
                "nj.solve_field(h, g, membrane=0.1)"),
 }
 FAMILIES = ["prefilter", "resize", "regulariser", "grid_push", "solver"]
-CASES = ["grid_pull", "families", "upgrade", "build", "warm"]
+# CUDA, without a GPU: what a first call of each module compiles before it could launch (its
+# binding, and beside it the kernel its call asks for): module -> (op, orders), float32
+CUDA_CALLS = {"pushpull": ("grid_pull", [1, 1, 1]), "splinc": ("spline_coeff_nd", [3, 3, 3]),
+              "resize": ("resize", [1, 1, 1]), "regsolve": ("reg_matvec", [1, 1, 1])}
+CASES = ["grid_pull", "families", "upgrade", "build", "warm", "cuda"]
 MARK = "FIRST_USE "  # the line a child prints its own times on
 
 CHILD = """\
@@ -91,6 +99,26 @@ t1 = time.perf_counter()
 {setup}
 t2 = time.perf_counter()
 {call}
+t3 = time.perf_counter()
+print({mark!r} + json.dumps({{"torch": torch.__version__, "import_s": t1 - t0,
+                             "call_s": t3 - t2}}))
+"""
+
+
+CUDA_CHILD = """\
+import json, sys, time
+t0 = time.perf_counter()
+import torch, nitorch_jit as nj
+from nitorch_jit import backends
+from nitorch_jit.backends import compiled
+t1 = time.perf_counter()
+module, op, orders = {module!r}, {op!r}, {orders!r}
+t2 = time.perf_counter()
+# what the public function does first (binding, and its likely kernel beside it), then the
+# kernel the binding asks for when the call launches (waits for the build under way)
+backends.ensure_eager(module, "cuda", kernel=(op, torch.float32, orders))
+name = compiled.likely_kernel(module, "cuda", op, torch.float32, orders)
+compiled.load_kernel(compiled.load_module(module, "cuda"), name)
 t3 = time.perf_counter()
 print({mark!r} + json.dumps({{"torch": torch.__version__, "import_s": t1 - t0,
                              "call_s": t3 - t2}}))
@@ -230,6 +258,11 @@ def main():
     ap.add_argument("--upgrade-python", metavar="PYTHON",
                     help="a python whose torch differs (e.g. /tmp/venv214/bin/python): the "
                          "upgrade case; skipped without it")
+    ap.add_argument("--cuda-python", metavar="PYTHON",
+                    help="the cuda case: an interpreter whose torch is a CUDA build (default: "
+                         "this one, if it is); no GPU is needed: nothing is launched")
+    ap.add_argument("--cuda-arch", default="9.0", metavar="ARCH",
+                    help="the cuda case: TORCH_CUDA_ARCH_LIST of its builds (default 9.0)")
     ap.add_argument("--cal", type=float, metavar="SECONDS",
                     help="use this CAL instead of measuring it (smoke runs)")
     ap.add_argument("--backend", default="C",
@@ -293,6 +326,20 @@ def main():
             case("`nitorch-jit build --no-cuda`, cold cache",
                  (wall, None, f"{len(entries(root))} entries", error),
                  goal_cal=BUILD_BEFORE_CAL)
+        if "cuda" in args.cases:
+            cuda_py = args.cuda_python or (py if torch.version.cuda else None)
+            if cuda_py is None:
+                notes.append("the cuda case was skipped (a CPU torch and no --cuda-python)")
+            else:
+                cuda_env = {"NI_COMPILED_BACKEND": args.backend,
+                            "TORCH_CUDA_ARCH_LIST": args.cuda_arch}
+                for module, (op, orders) in CUDA_CALLS.items():
+                    root = Path(tempfile.mkdtemp(prefix=f"root_cuda_{module}_", dir=work))
+                    code = CUDA_CHILD.format(module=module, op=op, orders=orders, mark=MARK)
+                    r = run_child([cuda_py, "-c", code], root, cuda_env, args.timeout)
+                    # a classic binding (the CUDA ones) may take up to 2 CAL (the issue)
+                    case(f"CUDA {module}: compile wait of a first {op} (float32, sm "
+                         f"{args.cuda_arch}, no launch), cold cache", r, goal_cal=2)
         if "warm" in args.cases:
             runs = [run_child([py, "-c", child_code("grid_pull")], warm_root, env, args.timeout)
                     for _ in range(3)]
