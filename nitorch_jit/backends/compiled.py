@@ -274,23 +274,15 @@ def module_spec(module, device_type, archs=None):
         units = sources(module, "cuda")
         if not units:
             raise BackendError(f"module {module!r} has no CUDA sources yet")
-        if (module, device_type) in BINDINGS:
-            # the binding holds no device code, so no arch: one binding serves every GPU. The
-            # flag only keeps cpp_extension from asking torch for a GPU (none is needed here).
-            # The archs are read all the same: the kernel libraries the binding asks for will
-            # need them, and a bad list falls back now rather than fail a call later
-            toolchain.parse_arch_list(archs)
-            return jit.ModuleSpec(module, "cuda", units, [CSRC], cflags=["-O1"],
-                                  cuda_cflags=["-arch=sm_90"],
-                                  label=f"the binding of '{module}' for CUDA")
-        archs = toolchain.parse_arch_list(archs)
-        # no -std for nvcc: torch.utils.cpp_extension adds the standard its torch needs
-        # (c++17, or c++20 from torch 2.14 on, whose headers reject c++17)
-        return jit.ModuleSpec(module, "cuda", units, [CSRC],
-                              cflags=["-O3"],
-                              cuda_cflags=["-O3", "--expt-relaxed-constexpr"]
-                              + toolchain.arch_flags(archs),
-                              archs=archs)
+        # every module's CUDA library is a binding (BINDINGS): no device code, so no arch, and
+        # one binding serves every GPU. The flag only keeps cpp_extension from asking torch for
+        # a GPU (none is needed here). The archs are read all the same: the kernel libraries
+        # the binding asks for will need them, and a bad list falls back now rather than fail
+        # a call later
+        toolchain.parse_arch_list(archs)
+        return jit.ModuleSpec(module, "cuda", units, [CSRC], cflags=["-O1"],
+                              cuda_cflags=["-arch=sm_90"],
+                              label=f"the binding of '{module}' for CUDA")
     raise BackendError(f"no compiled kernels for device type {device_type!r}")
 
 
