@@ -38,9 +38,15 @@ def _try(fn):
         return None, str(e)
 
 
+def _kernel_and_bundle_names(module, device):
+    names = backends.compiled.kernel_names(module, device)
+    return names + [b for b in backends.compiled.bundle_names(module, device) if b not in names]
+
+
 class _CurrentKernels:
     """The torch-free kernel entries this environment would build today (every
-    ``compiled.kernel_names`` specialisation of every module): their entry names and keys, and
+    ``compiled.kernel_names`` specialisation and ``bundle_names`` bundle of every module):
+    their entry names and keys, and
     the devices whose keys could be computed (a device without its toolkit cannot tell)."""
 
     def __init__(self):
@@ -56,7 +62,7 @@ class _CurrentKernels:
                 keys = {(n, archs): jit.compute_key(
                             backends.compiled.kernel_spec(n, device, list(archs or ()) or None))
                         for archs in arch_lists
-                        for m in MODULES for n in backends.compiled.kernel_names(m, device)}
+                        for m in MODULES for n in _kernel_and_bundle_names(m, device)}
             except backends.compiled.BUILD_ERRORS:
                 continue
             if not keys:
@@ -188,16 +194,19 @@ def _kernels_line(module, device):
     names = backends.compiled.kernel_names(module, device)
     if not names:
         return None
-    keys, err = _try(lambda: [jit.compute_key(backends.compiled.kernel_spec(n, device))
+    spec = backends.compiled.kernel_spec
+    # a specialisation is cached when its own library or its bundle (a prebuild's) is
+    keys, err = _try(lambda: [(jit.compute_key(spec(n, device)),
+                               jit.compute_key(spec(backends.compiled.bundle_of(n), device)))
                               for n in names])
     if keys is None:
         return f"kernels: cannot tell ({err})"
-    missing = [k for k in keys if jit.find_cached(k) is None]
+    missing = [k for k, b in keys if jit.find_cached(k) is None and jit.find_cached(b) is None]
     if not missing:
-        return f"kernels: all {len(keys)} kernel libraries cached"
+        return f"kernels: all {len(keys)} specialisations cached"
     seconds, source = jit.expected_seconds(missing[0])
     how = "" if source == "typical" else f" ({source})"
-    return (f"kernels: {len(keys) - len(missing)} of {len(keys)} kernel libraries cached; a call "
+    return (f"kernels: {len(keys) - len(missing)} of {len(keys)} specialisations cached; a call "
             f"compiles the one it needs, about {max(1, round(seconds))} s{how}")
 
 
@@ -243,7 +252,7 @@ def _build_plan(modules, devices, archs):
             specs, err = (None, cuda_error) if cuda_error else _try(lambda: [
                 backends.module_spec(m, d, archs)] + [
                 backends.compiled.kernel_spec(n, d)
-                for n in backends.compiled.kernel_names(m, d)])
+                for n in backends.compiled.bundle_names(m, d)])
             if specs is None:
                 print(f"{m} ({d}): FAILED: {err}", file=sys.stderr)
                 failed += 1

@@ -9,6 +9,8 @@ live in torch-free libraries, one per op, dtype and variant (the module's kernel
 ``kernel_table``; ``kernel_names`` lists them), each its own cache entry, built the first time a
 call needs it: the binding asks for it by name through the resolver
 set here (``kernel_spec`` says how to build one). A torch upgrade rebuilds the binding only.
+A prebuild (``nitorch-jit build``) builds bundles instead (``bundle_names``: every variant of
+one op and dtype in one library), which the resolver takes when it finds them.
 """
 import ctypes
 import functools
@@ -115,10 +117,56 @@ def kernel_names(module, device_type):
     names = []
     for op, (_, mask) in ops.items():
         for dt in KERNEL_DTYPES:
-            m = mask & f64_mask if dt == "float64" else mask
+            m = _fast_mask(mask, f64_mask, dt)
             names.append(f"{module}.{op}.{dt}.any")
             names += [f"{module}.{op}.{dt}.o{o}d{d}" for o, d in FAST_VARIANTS if m >> o & 1]
     return names
+
+
+def bundle_names(module, device_type):
+    """The kernel libraries that ``nitorch-jit build`` prebuilds for `module` on `device_type`:
+    on CPU one per op and dtype, ``'<module>.<op>.<dtype>.all'``, that serves every variant of
+    that op and dtype (its fast paths and the generic path, chosen per call as before the
+    split), or the generic library ``'...any'`` where the op and dtype have no fast path; on
+    CUDA the kernel libraries themselves (one per op and dtype already). A bundle parses its
+    headers once for all its variants: the prebuild costs about a third of what building every
+    specialisation would.
+
+    Examples
+    --------
+    >>> from nitorch_jit.backends import compiled
+    >>> compiled.bundle_names("pushpull", "cpu")[:2]
+    ['pushpull.grid_pull.float32.all', 'pushpull.grid_pull.float64.all']
+    >>> compiled.bundle_names("splinc", "cpu")
+    ['splinc.spline_coeff.float32.any', 'splinc.spline_coeff.float64.any']
+    """
+    if device_type == "cuda":
+        return kernel_names(module, device_type)
+    ops, f64_mask = kernel_table(module, device_type)
+    return [f"{module}.{op}.{dt}.{'all' if _fast_mask(mask, f64_mask, dt) else 'any'}"
+            for op, (_, mask) in ops.items() for dt in KERNEL_DTYPES]
+
+
+def bundle_of(name):
+    """The name of the bundle (``bundle_names``) that serves kernel `name`: itself for a CUDA
+    kernel or a generic path without fast paths.
+
+    Examples
+    --------
+    >>> from nitorch_jit.backends import compiled
+    >>> compiled.bundle_of("pushpull.grid_pull.float32.o1d3")
+    'pushpull.grid_pull.float32.all'
+    """
+    module, op, dtype, variant = name.split(".")
+    if variant == "cuda":
+        return name
+    mask = kernel_table(module, "cpu")[0].get(op, (None, 0))[1]
+    fast = _fast_mask(mask, kernel_table(module, "cpu")[1], dtype)
+    return f"{module}.{op}.{dtype}.{'all' if fast else 'any'}"
+
+
+def _fast_mask(mask, f64_mask, dtype):
+    return mask & f64_mask if dtype == "float64" else mask
 
 
 def kernel_spec(name, device_type=None, archs=None):
@@ -127,7 +175,8 @@ def kernel_spec(name, device_type=None, archs=None):
     Parameters
     ----------
     name : str
-        ``'<module>.<op>.<dtype>.<variant>'``, as ``kernel_names`` lists and the binding asks.
+        ``'<module>.<op>.<dtype>.<variant>'``, as ``kernel_names`` lists and the binding asks,
+        or a bundle of ``bundle_names`` (variant ``'all'``).
     device_type : {'cpu', 'cuda'}, optional
         Default: 'cuda' for a name of variant ``'cuda'``, else 'cpu'.
     archs : str or list of str, optional
@@ -148,9 +197,10 @@ def kernel_spec(name, device_type=None, archs=None):
     module = parts[0]
     if device_type is None:
         device_type = "cuda" if parts[-1] == "cuda" else "cpu"
-    if name not in kernel_names(module, device_type):
+    if name not in kernel_names(module, device_type) \
+            and name not in bundle_names(module, device_type):
         raise BackendError(f"no kernel {name!r} for {device_type}: expected a name of "
-                           f"kernel_names(module, {device_type!r}), like "
+                           f"kernel_names(module, {device_type!r}) or bundle_names, like "
                            f"'pushpull.grid_pull.float32.o1d3'")
     _, op, dtype, variant = parts
     if device_type == "cuda":
@@ -158,7 +208,9 @@ def kernel_spec(name, device_type=None, archs=None):
     source = kernel_table(module, device_type)[0][op][0]
     flags = ["-O3", "-std=c++17", "-DNJ_KERNEL_LIB", f"-DNJ_KERNEL_{op}",
              f"-DNJ_KERNEL_T={KERNEL_DTYPES[dtype]}"]
-    if variant == "any":
+    if variant == "all":  # no NJ_KERNEL_ORDER: every variant, chosen per call
+        what = f"{op} for {dtype} (every path, {device_type.upper()})"
+    elif variant == "any":
         flags.append("-DNJ_KERNEL_ORDER=-1")
         generic = "generic path, " if kernel_table(module, device_type)[0][op][1] else ""
         what = f"{op} for {dtype} ({generic}{device_type.upper()})"
@@ -348,7 +400,7 @@ def prefetch(module, device_type, name):
 
     def build():
         try:
-            jit.load(kernel_spec(name, device_type))
+            _kernel_library(name, device_type)
         except BUILD_ERRORS:
             pass  # the call that needs it builds it again and says why
 
@@ -366,12 +418,19 @@ _RESOLVERS = {}  # binding path -> the ctypes callback it holds (kept alive)
 def load_kernel(binding, name, device_type=None, archs=None):
     """Build (if needed) and load the kernel library `name` (for `archs`, CUDA only), and bind
     its entry in the binding loaded from path `binding`. Returns the kernel library's path."""
-    spec = kernel_spec(name, device_type, archs)
-    path = jit.load(spec)
+    path = _kernel_library(name, device_type, archs)
     entry = "nj_" + "_".join(name.split(".")[:2])  # nj_pushpull_grid_pull
     address = ctypes.cast(getattr(jit.handle(path), entry), ctypes.c_void_p)
     _BINDINGS[str(binding)].nitorch_jit_bind_kernel(name.encode(), address)
     return path
+
+
+def _kernel_library(name, device_type=None, archs=None):
+    """Load the library that serves kernel `name`: a prebuilt bundle of it if one is cached
+    (nothing is built for a bundle here), else its own library, built if needed."""
+    bundle = bundle_of(name)
+    return (bundle != name and jit.load(kernel_spec(bundle, device_type), build=False)) \
+        or jit.load(kernel_spec(name, device_type, archs))
 
 
 _RESOLVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,

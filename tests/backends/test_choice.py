@@ -19,6 +19,23 @@ g = torch.tensor([[[[1.5, 2.25]]]])
 print("RESULT", json.dumps([nitorch_jit.grid_pull(x, g).item(), nitorch_jit.compiled_backend]))
 """
 
+# calls served by prebuilt bundles: fast paths (3-D order 1, 2-D order 3), the generic path
+# (mixed orders) and float64; their values, to compare with the TORCH backend's
+BUNDLED_CALLS = """
+import json, torch
+import nitorch_jit
+torch.manual_seed(0)
+out = {
+    "pull o1d3": nitorch_jit.grid_pull(torch.randn(1, 2, 5, 6, 7), torch.rand(1, 4, 5, 3, 3) * 5,
+                                       interpolation=1),
+    "push o3d2": nitorch_jit.grid_push(torch.randn(1, 1, 6, 5), torch.rand(1, 6, 5, 2) * 5,
+                                       interpolation=3),
+    "grad mixed f64": nitorch_jit.grid_grad(torch.randn(1, 1, 5, 6, dtype=torch.double),
+                                            torch.rand(1, 3, 3, 2, dtype=torch.double) * 4,
+                                            interpolation=[1, 2]),
+}
+print("RESULT", json.dumps({k: v.flatten().tolist() for k, v in out.items()}))
+"""
 
 def run(code_or_args, root, **env):
     e = dict(os.environ, NI_JIT_CACHE_DIR=str(root), PYTHONPATH=str(REPO))
@@ -92,6 +109,16 @@ def test_cli_info_build_list_clear(tmp_path):
     assert "compiling the binding of 'pushpull' for CPU" in build.stderr
     info = run(cli + ["info"], root)
     assert "C: cached build" in info.stdout
+    assert "kernels: all " in info.stdout and "specialisations cached" in info.stdout
+    # the prebuild's bundles (every path of an op and dtype) serve every call, fast paths and
+    # generic alike: nothing compiles, and the results are the TORCH twin's
+    entries = sorted(p.name for p in root.iterdir())
+    calls = run(BUNDLED_CALLS, root)
+    assert "compiling" not in calls.stderr, calls.stderr
+    twin = result(run(BUNDLED_CALLS, root, NI_COMPILED_BACKEND="TORCH"))
+    for name, values in result(calls).items():
+        assert values == pytest.approx(twin[name], rel=1e-5, abs=1e-5), name
+    assert sorted(p.name for p in root.iterdir()) == entries
     # a stale entry: the same library as if built by another torch
     listing = run(cli + ["cache", "list"], root)
     assert "pushpull" in listing.stdout and "yes" in listing.stdout

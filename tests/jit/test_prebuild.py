@@ -274,7 +274,7 @@ def test_info_says_what_a_call_compiles(kernel_entries, capsys):
     (at,) = [i for i, x in enumerate(lines) if x.strip().startswith("cpu   pushpull")]
     assert "compiles on first use (no cached build)" in lines[at]  # the binding
     # two kernels cached; the next one is estimated from this machine's kernel builds (1.5 s)
-    assert lines[at + 1].strip() == (f"kernels: 2 of {total} kernel libraries cached; a call "
+    assert lines[at + 1].strip() == (f"kernels: 2 of {total} specialisations cached; a call "
                                      f"compiles the one it needs, about 2 s (like its others "
                                      f"here)")
 
@@ -301,3 +301,23 @@ def test_clear_stale_keeps_cuda_kernels_of_every_arch_list(tmp_path, monkeypatch
     assert "1 entry removed (stale only), 1 of them kernel libraries" in out
     assert not stale.exists()
     assert all(folder.exists() for folder in current)
+
+
+def test_the_prebuild_bundles_cover_every_kernel():
+    """`nitorch-jit build` builds bundles (every path of one op and dtype per library), which
+    together serve every specialisation a binding may ask for."""
+    from nitorch_jit.backends.schemas import MODULES
+    for module in MODULES:
+        bundles = compiled.bundle_names(module, "cpu")
+        assert len(set(bundles)) == len(bundles) == 2 * len(compiled.kernel_table(module, "cpu")[0])
+        for name in compiled.kernel_names(module, "cpu"):
+            assert compiled.bundle_of(name) in bundles, name
+        for name in bundles:
+            flags = compiled.kernel_spec(name).cflags
+            orders = [f for f in flags if f.startswith("-DNJ_KERNEL_ORDER")]
+            assert orders == ([] if name.endswith(".all") else ["-DNJ_KERNEL_ORDER=-1"]), name
+    assert compiled.bundle_of("pushpull.grid_hess_dot.float32.any") == \
+        "pushpull.grid_hess_dot.float32.any"  # no fast path: the generic library is the bundle
+    assert compiled.bundle_of("pushpull.grid_pull.float64.o3d2") == "pushpull.grid_pull.float64.all"
+    with pytest.raises(compiled.BackendError, match="bundle_names"):
+        compiled.kernel_spec("pushpull.grid_hess_dot.float32.all")
