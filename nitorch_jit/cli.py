@@ -202,11 +202,14 @@ def _kernels_line(module, device):
     if keys is None:
         return f"kernels: cannot tell ({err})"
     missing = [k for k, b in keys if jit.find_cached(k) is None and jit.find_cached(b) is None]
+    # CUDA kernels are built for an arch list (the visible GPU's, else torch's whole list)
+    archs = keys[0][0].get("archs")
+    what = f"kernels for sm {';'.join(archs)}" if archs else "kernels"
     if not missing:
-        return f"kernels: all {len(keys)} specialisations cached"
+        return f"{what}: all {len(keys)} specialisations cached"
     seconds, source = jit.expected_seconds(missing[0])
     how = "" if source == "typical" else f" ({source})"
-    return (f"kernels: {len(keys) - len(missing)} of {len(keys)} specialisations cached; a call "
+    return (f"{what}: {len(keys) - len(missing)} of {len(keys)} specialisations cached; a call "
             f"compiles the one it needs, about {max(1, round(seconds))} s{how}")
 
 

@@ -118,9 +118,11 @@ def key_hash(key):
 
 def entry_name(key):
     """Readable prefix + short hash, e.g. pushpull-cpu-torch2.13.0+cpu-cp311-3f2a9c1d0e4b, or
-    for a torch-free library pushpull.grid_pull.float32-cpu-3f2a9c1d0e4b."""
+    for a torch-free library pushpull.grid_pull.float32-cpu-3f2a9c1d0e4b (a name that ends with
+    its device already, pushpull.grid_pull.float32.cuda, does not say it twice)."""
     if key.get("kind") == "torch-free":
-        return f"{key['module']}-{key['device']}-{key_hash(key)[:12]}"
+        device = "" if key["module"].endswith("." + key["device"]) else f"-{key['device']}"
+        return f"{key['module']}{device}-{key_hash(key)[:12]}"
     pytag = "cp" + "".join(key["python"].split("-")[1].split(".")[:2])
     cuda = f"-cu{key['nvcc'].split('.')[0]}{key['nvcc'].split('.')[1]}" if key["device"] == "cuda" else ""
     return f"{key['module']}-{key['device']}-torch{key['torch']}-{pytag}{cuda}-{key_hash(key)[:12]}"

@@ -9,7 +9,8 @@
 #include "lines/cuda_policy.cuh"
 #include "resize/cuda/host.cuh"
 
-NJ_LINES_KERNELS_FROM(resize)
+NJ_LINES_FILTER_FROM(resize)
+NJ_LINES_GATHER_FROM(resize)
 
 NJ_DEFINE_SET_TUNING()
 NJ_DEFINE_BINDING_EXPORTS()   // kernels bound by name, and the resolver (core/binding.h)

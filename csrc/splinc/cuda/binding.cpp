@@ -9,7 +9,7 @@
 #include "lines/cuda_policy.cuh"
 #include "splinc/cuda/host.cuh"
 
-NJ_LINES_KERNELS_FROM(splinc)
+NJ_LINES_FILTER_FROM(splinc)
 
 NJ_DEFINE_SET_TUNING()
 NJ_DEFINE_BINDING_EXPORTS()   // kernels bound by name, and the resolver (core/binding.h)
