@@ -430,8 +430,14 @@ def _kernel_library(name, device_type=None, archs=None):
     """Load the library that serves kernel `name`: a prebuilt bundle of it if one is cached
     (nothing is built for a bundle here), else its own library, built if needed."""
     bundle = bundle_of(name)
-    return (bundle != name and jit.load(kernel_spec(bundle, device_type), build=False)) \
-        or jit.load(kernel_spec(name, device_type, archs))
+    if bundle != name:
+        try:
+            path = jit.load(kernel_spec(bundle, device_type), build=False)
+        except BUILD_ERRORS:
+            path = None  # a bundle that does not load: the call's own library serves it
+        if path is not None:
+            return path
+    return jit.load(kernel_spec(name, device_type, archs))
 
 
 _RESOLVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,

@@ -163,6 +163,24 @@ def test_killed_kernel_build_blocks_no_other(root):
     assert "pushpull.grid_pull.float32.o1d2" in kernels(root)
 
 
+def test_a_bundle_that_does_not_load_is_passed_over(tmp_path):
+    """A prebuilt bundle (nitorch-jit build) serves a call when it loads; one that is intact
+    but does not load (here: not a library at all) gives way to the call's own library."""
+    from nitorch_jit import jit
+    from nitorch_jit.jit import cache
+    key = jit.compute_key(compiled.kernel_spec("pushpull.grid_pull.float32.all"))
+    folder = tmp_path / jit.entry_name(key)
+    folder.mkdir()
+    (folder / "lib.so").write_bytes(b"not a shared library")
+    (folder / "manifest.json").write_text(json.dumps({
+        "key": key, "library": "lib.so", "sha256": cache.sha256_file(folder / "lib.so"),
+        "build_seconds": 1.0, "built_at_epoch": time.time()}))
+    proc = run(tmp_path, "grid_pull", 3, 1)
+    assert result(proc)["sum"] == pytest.approx(twin_sum("grid_pull", 3, 1), rel=1e-5)
+    assert "compiling grid_pull for 3-D order-1 float32" in proc.stderr, proc.stderr
+    assert "pushpull.grid_pull.float32.o1d3" in kernels(tmp_path)
+
+
 @pytest.mark.skipif(compiled.binding_abi() != "stable",
                     reason="this torch has no stable ABI binding: the classic one is the default")
 def test_classic_binding_from_the_same_source(tmp_path):
