@@ -336,9 +336,9 @@ from nitorch_jit import backends, jit
 from nitorch_jit.jit import toolchain
 asked = []
 _load, _home = jit.load, toolchain.find_cuda_home
-def load(spec):
+def load(spec, *args, **kwargs):
     asked.append(spec.device)
-    return _load(spec)
+    return _load(spec, *args, **kwargs)
 def home():
     asked.append("find_cuda_home")
     return _home()
