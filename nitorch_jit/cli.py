@@ -91,7 +91,11 @@ def stale_reason(entry, kernels=None):
     if old.get("kind") == "torch-free":
         return (kernels or _CurrentKernels()).reason(entry)
     archs = ";".join(old.get("archs") or []) or None
-    new, _ = _try(lambda: jit.compute_key(backends.module_spec(old["module"], old["device"], archs)))
+    # a binding is judged against a build of its own kind: a stable-ABI one stays current for
+    # every torch from its target on, whichever kind NI_JIT_BINDING asks for today
+    abi = "stable" if old.get("kind") == "stable-abi" else "classic"
+    new, _ = _try(lambda: jit.compute_key(backends.module_spec(old["module"], old["device"],
+                                                               archs, abi)))
     if new is None:  # a tool is missing now: compare what can be computed
         new = keymod.environment()
     diffs = sorted(k for k in new if old.get(k) != new[k])
@@ -303,8 +307,9 @@ def _module_of(entry):
 def _row(entry, reason, name=None):
     k = entry.manifest["key"]
     torch_free = k.get("kind") == "torch-free"
-    return (name or entry.path.name, k.get("device"), "-" if torch_free else k.get("torch"),
-            "-" if torch_free else k.get("python", "").split("-")[-1], k.get("nvcc") or "-",
+    torch_ = "-" if torch_free else k.get("torch") or f">={k.get('stable_abi')} (stable ABI)"
+    return (name or entry.path.name, k.get("device"), torch_,
+            k["python"].split("-")[-1] if "python" in k else "-", k.get("nvcc") or "-",
             _fmt_size(entry.size()), _fmt_age(entry.age_seconds()),
             "yes" if reason is None else f"no ({reason})")
 

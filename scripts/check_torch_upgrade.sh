@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Two real PyTorch releases sharing one cache root: the second rebuilds the binding into a new
-# entry and reuses the torch-free kernel library of the first (issue 31), both bindings coexist,
-# going back to the first loads without a build, and `cache clear --stale` in one environment
-# removes the other's binding and keeps the kernels.
+# Two real PyTorch releases sharing one cache root (issue 31). On the stable ABI (torch >= 2.13)
+# the binding built by one release is loaded by the other as it is, both ways (upgrade and
+# downgrade), and no kernel is rebuilt. On the classic headers (NI_JIT_BINDING=classic, as on
+# torch < 2.13) an upgrade rebuilds the binding into a new entry and reuses the torch-free
+# kernel library, both bindings coexist, and `cache clear --stale` in one environment removes
+# the other's classic binding and keeps the shared stable binding and the kernels.
 #
 # usage: scripts/check_torch_upgrade.sh            (venvs and cache under $WORK, default /tmp)
 #   TORCH_A / TORCH_B   torch versions (default 2.13.0 and 2.14.1)
@@ -38,32 +40,54 @@ echo "== venv B: torch $TORCH_B"; venv "$WORK/venv-b" "$TORCH_B"
 
 CALL='import torch, nitorch_jit as nj
 x = torch.arange(60.).reshape(1, 1, 3, 4, 5); g = torch.tensor([[[[[0.5, 1.25, 2.0]]]]])
-print(torch.__version__, nj.grid_pull(x, g).item(), nj.compiled_backend)'
-run() {  # run VENV -> stderr in $WORK/err
-    (cd "$WORK" && NI_JIT_CACHE_DIR="$CACHE" NI_USE_CUDA=0 "$1/bin/python" -c "$CALL" 2>"$WORK/err")
+print(nj.grid_pull(x, g).item(), nj.compiled_backend)'
+run() {  # run VENV -> stdout in $WORK/out, stderr in $WORK/err
+    (cd "$WORK" && NI_JIT_CACHE_DIR="$CACHE" NI_USE_CUDA=0 "$1/bin/python" -c "$CALL" \
+        >"$WORK/out" 2>"$WORK/err")
 }
 fail() { echo "FAIL: $*"; cat "$WORK/err"; exit 1; }
-entries() { ls -d "$CACHE"/pushpull-cpu-* 2>/dev/null | wc -l; }      # bindings
-kernels() { ls -d "$CACHE"/pushpull.*-cpu-* 2>/dev/null | wc -l; }     # torch-free kernels
+stable() { ls -d "$CACHE"/pushpull-cpu-stable* 2>/dev/null | wc -l; }   # stable-ABI bindings
+classic() { ls -d "$CACHE"/pushpull-cpu-torch* 2>/dev/null | wc -l; }   # classic bindings
+kernels() { ls -d "$CACHE"/pushpull.*-cpu-* 2>/dev/null | wc -l; }      # torch-free kernels
+silent() { [ ! -s "$WORK/err" ] || fail "$1: expected a silent cache hit"; }
+same() { [ "$(cat "$WORK/out")" = "$EXPECT" ] || fail "$1: got $(cat "$WORK/out"), expected $EXPECT"; }
 
-echo "== 1. torch $TORCH_A, cold cache: the binding and the one kernel the call needs"
-run "$WORK/venv-a"; grep -q "compiling the binding of 'pushpull'" "$WORK/err" || fail "no build"
+echo "== 1. torch $TORCH_A, cold cache: the stable-ABI binding and the one kernel the call needs"
+run "$WORK/venv-a"; grep -q "compiling the binding of 'pushpull' for CPU (stable ABI)" "$WORK/err" || fail "no build"
 grep -q "compiling grid_pull for 3-D order-1 float32" "$WORK/err" || fail "no kernel build"
-[ "$(entries)" = 1 ] || fail "expected 1 binding"
-[ "$(kernels)" = 1 ] || fail "expected 1 kernel library, got $(kernels)"
-echo "== 2. torch $TORCH_B, same cache: rebuilds the binding only, reuses the kernel"
+[ "$(stable)" = 1 ] && [ "$(kernels)" = 1 ] || fail "expected 1 binding and 1 kernel library"
+EXPECT=$(cat "$WORK/out"); echo "   grid_pull -> $EXPECT"
+# x[i, j, k] = 20 i + 5 j + k is linear: the order-1 pull at (0.5, 1.25, 2.0) is 18.25
+[ "$EXPECT" = "18.25 C" ] || fail "torch $TORCH_A: got $EXPECT, expected 18.25 C"
+echo "== 2. torch $TORCH_B, same cache: loads the same binding and kernel, builds nothing"
+run "$WORK/venv-b"; silent "torch $TORCH_B after $TORCH_A"; same "torch $TORCH_B"
+[ "$(stable)" = 1 ] && [ "$(kernels)" = 1 ] || fail "expected the 1 binding and 1 kernel, reused"
+echo "== 3. the other way: a binding built under torch $TORCH_B loads under torch $TORCH_A"
+rm -rf "$CACHE"
+run "$WORK/venv-b"; grep -q "compiling the binding of 'pushpull'" "$WORK/err" || fail "no build under $TORCH_B"
+same "torch $TORCH_B, cold"
+run "$WORK/venv-a"; silent "torch $TORCH_A after $TORCH_B"; same "torch $TORCH_A"
+echo "== 4. classic headers (NI_JIT_BINDING=classic): an upgrade rebuilds the binding only"
+export NI_JIT_BINDING=classic
+run "$WORK/venv-a"; grep -q "compiling the binding of 'pushpull' for CPU" "$WORK/err" || fail "no classic build"
+grep -q "compiling grid_pull" "$WORK/err" && fail "the kernel was rebuilt for the classic binding"
+same "torch $TORCH_A, classic"
 run "$WORK/venv-b"; grep -q "torch changed" "$WORK/err" || fail "no rebuild after the torch change"
 grep -q "compiling grid_pull" "$WORK/err" && fail "the kernel was rebuilt after the torch change"
-[ "$(entries)" = 2 ] || fail "expected 2 bindings"
+same "torch $TORCH_B, classic"
+[ "$(classic)" = 2 ] || fail "expected 2 classic bindings"
 [ "$(kernels)" = 1 ] || fail "expected the 1 kernel library, reused, got $(kernels)"
-echo "== 3. back to torch $TORCH_A: loads without a build"
-run "$WORK/venv-a"; [ ! -s "$WORK/err" ] || fail "expected a silent cache hit"
-echo "== 4. both entries listed"
+echo "== 5. back to torch $TORCH_A: loads without a build"
+run "$WORK/venv-a"; silent "classic, back to torch $TORCH_A"
+unset NI_JIT_BINDING
+echo "== 6. every entry listed"
 NI_JIT_CACHE_DIR="$CACHE" "$WORK/venv-a/bin/nitorch-jit" cache list
-echo "== 5. cache clear --stale under torch $TORCH_A removes only torch $TORCH_B's binding"
+echo "== 7. cache clear --stale under torch $TORCH_A removes only torch $TORCH_B's classic binding"
+NI_JIT_CACHE_DIR="$CACHE" NI_JIT_BINDING=classic "$WORK/venv-a/bin/nitorch-jit" cache clear --stale
+[ "$(classic)" = 1 ] || fail "expected 1 classic binding left"
+ls "$CACHE" | grep -q "torch$TORCH_A" || fail "torch $TORCH_A's classic binding was removed"
 NI_JIT_CACHE_DIR="$CACHE" "$WORK/venv-a/bin/nitorch-jit" cache clear --stale
-[ "$(entries)" = 1 ] || fail "expected 1 binding left"
+[ "$(stable)" = 1 ] || fail "the stable binding (current for every torch >= 2.13) was removed"
 [ "$(kernels)" = 1 ] || fail "the kernel library (reachable from both) was removed"
-ls "$CACHE" | grep -q "torch$TORCH_A" || fail "torch $TORCH_A's entry was removed"
-run "$WORK/venv-a"; [ ! -s "$WORK/err" ] || fail "torch $TORCH_A's entry no longer loads"
-echo "PASS: torch upgrade rebuilds the binding only, kernels reused, entries coexist, stale entries clear"
+run "$WORK/venv-a"; silent "torch $TORCH_A after clear --stale"; same "torch $TORCH_A at the end"
+echo "PASS: on the stable ABI a torch upgrade or downgrade builds nothing; on the classic headers it rebuilds the binding only; kernels reused, entries coexist, stale entries clear"

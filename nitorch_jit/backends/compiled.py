@@ -242,10 +242,16 @@ def _cuda_kernel_spec(module, op, dtype, archs):
 STABLE_ABI_FROM = (2, 13)
 
 
-def binding_abi():
+def binding_abi(asked=None):
     """Which torch API the bindings are built on here: ``'stable'`` (the LibTorch stable ABI,
-    torch >= 2.13: a binding compiles in a few seconds) or ``'classic'`` (the ATen headers).
-    ``NI_JIT_BINDING=classic`` asks for the classic headers on any torch.
+    torch >= 2.13: a binding compiles in a few seconds, and a torch upgrade keeps it) or
+    ``'classic'`` (the ATen headers). ``NI_JIT_BINDING=classic`` asks for the classic headers
+    on any torch.
+
+    Parameters
+    ----------
+    asked : {'stable', 'classic'}, optional
+        Ask for one instead of ``NI_JIT_BINDING`` (an error if this torch cannot have it).
 
     Returns
     -------
@@ -258,9 +264,12 @@ def binding_abi():
     True
     """
     import os
-    asked = os.environ.get("NI_JIT_BINDING", "").strip().lower()
-    if asked not in ("", "stable", "classic"):
-        raise BackendError(f"NI_JIT_BINDING must be 'stable' or 'classic', got {asked!r}")
+    if asked is None:
+        asked = os.environ.get("NI_JIT_BINDING", "").strip().lower()
+        if asked not in ("", "stable", "classic"):
+            raise BackendError(f"NI_JIT_BINDING must be 'stable' or 'classic', got {asked!r}")
+    elif asked not in ("stable", "classic"):
+        raise BackendError(f"asked must be 'stable' or 'classic', got {asked!r}")
     version = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
     if asked == "classic" or version < STABLE_ABI_FROM:
         if asked == "stable":
@@ -271,24 +280,20 @@ def binding_abi():
 
 
 def _stable_binding_spec(module, device_type, sources_):
-    """A binding on the stable ABI: one compiler call, torch's headers and libraries named here
-    (as torch.utils.cpp_extension would), no worker process."""
-    from torch.utils import cpp_extension
-    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    """A binding on the stable ABI of STABLE_ABI_FROM: one compiler call, no worker process
+    (the loader adds torch's headers and libraries); every torch from that version on loads
+    the same build, so an upgrade compiles nothing."""
     # -Og: a binding is glue (checks, outputs, one call into a kernel library); measured here
-    # pushpull's compiles in 2.5 s at -Og, 3.3 s at -O1 and 4.2 s at -O3, which an upgrade
-    # pays; its call overhead did not move (12-20 us either way, the noise of this machine)
-    cflags = ["-Og", "-std=c++20", "-DNJ_STABLE_ABI",
-              f"-DTORCH_TARGET_VERSION=0x{major:02x}{minor:02x}000000000000",
-              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    cflags += [f"-isystem{d}" for d in cpp_extension.include_paths()]
-    ldflags = [f"-L{d}" for d in cpp_extension.library_paths()] + ["-ltorch_cpu", "-lc10"]
-    return jit.ModuleSpec(module, device_type, sources_, [CSRC], cflags=cflags, ldflags=ldflags,
-                          direct=True, label=f"the binding of '{module}' for "
-                          f"{device_type.upper()} (stable ABI)")
+    # pushpull's compiles in 2.5 s at -Og, 3.3 s at -O1 and 4.2 s at -O3; its call overhead
+    # did not move (12-20 us either way, the noise of this machine)
+    return jit.ModuleSpec(module, device_type, sources_, [CSRC],
+                          cflags=["-Og", "-std=c++20", "-DNJ_STABLE_ABI"], direct=True,
+                          stable_abi=".".join(map(str, STABLE_ABI_FROM)),
+                          label=f"the binding of '{module}' for {device_type.upper()} "
+                                f"(stable ABI)")
 
 
-def module_spec(module, device_type, archs=None):
+def module_spec(module, device_type, archs=None, abi=None):
     """Describe the library of `module` for `device_type` ('cpu' or 'cuda'): its sources
     (``sources``); headers are included from csrc/ ("core/bounds.h", "<module>/point.h").
 
@@ -299,6 +304,8 @@ def module_spec(module, device_type, archs=None):
     device_type : {'cpu', 'cuda'}
     archs : str or list of str, optional
         CUDA architectures (default: ``TORCH_CUDA_ARCH_LIST``, else the visible GPU).
+    abi : {'stable', 'classic'}, optional
+        The API of a CPU binding (default: ``binding_abi()``).
 
     Returns
     -------
@@ -315,12 +322,14 @@ def module_spec(module, device_type, archs=None):
     if not folder.is_dir():
         raise BackendError(f"no sources for module {module!r} in {CSRC}")
     if device_type == "cpu":
-        if (module, device_type) in BINDINGS and binding_abi() == "stable":
+        if (module, device_type) in BINDINGS and binding_abi(abi) == "stable":
             return _stable_binding_spec(module, device_type, sources(module, "cpu"))
         omp = toolchain.openmp_flags()
         # no -std flag: torch adds the standard its headers need (c++17 up to 2.x, c++20 later)
+        label = f"the binding of '{module}' for CPU (classic headers)" \
+            if (module, device_type) in BINDINGS else ""
         return jit.ModuleSpec(module, "cpu", sources(module, "cpu"), [CSRC],
-                              cflags=["-O3"] + omp, ldflags=list(omp))
+                              cflags=["-O3"] + omp, ldflags=list(omp), label=label)
     if device_type == "cuda":
         if not toolchain.cuda_enabled():
             raise toolchain.ToolchainError("CUDA builds are off (NI_USE_CUDA=0)")

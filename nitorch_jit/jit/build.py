@@ -90,6 +90,12 @@ def _newest(entries):
     return max(entries, key=lambda e: e.manifest.get("built_at_epoch", 0))
 
 
+def _torch_of(key):
+    """The torch a binding's key names: its release, or the stable ABI it targets."""
+    return key.get("torch") or (f"stable ABI {key['stable_abi']}" if key.get("stable_abi")
+                                else None)
+
+
 def _why(name, key):
     """Why a build is needed, in a few words, from what the cache holds."""
     same = _same_module(key)
@@ -99,8 +105,12 @@ def _why(name, key):
     if not same:
         return "no cached build"
     old = _newest(same).manifest["key"]
-    if old.get("torch") != key.get("torch") or old.get("torch_git") != key.get("torch_git"):
-        return f"torch changed ({old.get('torch')} -> {key['torch']})"
+    if bool(old.get("stable_abi")) != bool(key.get("stable_abi")):  # NI_JIT_BINDING, or an old torch
+        api = {True: "stable ABI", False: "classic headers"}
+        return (f"the binding's torch API changed ({api[bool(old.get('stable_abi'))]} -> "
+                f"{api[bool(key.get('stable_abi'))]}, torch {key.get('torch', '>= ' + str(key.get('stable_abi')))})")
+    if _torch_of(old) != _torch_of(key) or old.get("torch_git") != key.get("torch_git"):
+        return f"torch changed ({_torch_of(old)} -> {_torch_of(key)})"
     changed = sorted(k for k in key if old.get(k) != key[k])
     if changed == ["sources"]:
         return "the sources changed"
@@ -186,6 +196,7 @@ def expected_seconds(key, entries=None, direct=False):
     """
     entries = cache.entries() if entries is None else entries
     timed = [e for e in entries if e.manifest.get("build_seconds")
+             and e.manifest["key"].get("kind") == key.get("kind")
              and e.manifest["key"].get("module") == key.get("module")
              and e.manifest["key"].get("device") == key.get("device")
              and bool(e.manifest["key"].get("archs")) == bool(key.get("archs"))]
@@ -344,6 +355,20 @@ def _load_failure(path, err):
             f"the same way.")
 
 
+def _stable_abi_flags(version):
+    """The compiler and linker flags of a binding on torch's stable ABI `version` ("2.13"),
+    from the torch loaded here, as torch.utils.cpp_extension would name them. They are not in
+    the key (its ``stable_abi`` field stands for them): the headers of any torch from that
+    version on, told the target, give a library that every such torch loads."""
+    import torch
+    from torch.utils import cpp_extension
+    major, minor = (int(v) for v in version.split("."))
+    cflags = [f"-DTORCH_TARGET_VERSION=0x{major:02x}{minor:02x}000000000000",
+              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    cflags += [f"-isystem{d}" for d in cpp_extension.include_paths()]
+    return cflags, [f"-L{d}" for d in cpp_extension.library_paths()] + ["-ltorch_cpu", "-lc10"]
+
+
 def _compile_command(spec, tmp):
     """The one compiler call that builds a library of a `direct` spec (no Python started): its
     flags say everything (standard, defines, include folders, libraries). A CUDA library is
@@ -361,6 +386,10 @@ def _compile_command(spec, tmp):
         cmd = [toolchain.cxx_command(), "-shared", "-fPIC", "-fvisibility=hidden"]
         cmd += list(spec.cflags)
         ld = []
+    if spec.stable_abi:
+        flags, ld_torch = _stable_abi_flags(spec.stable_abi)
+        cmd += flags
+        ld += ld_torch
     cmd += [f"-I{d}" for d in spec.include_dirs] + [str(s) for s in spec.sources]
     return cmd + ["-o", str(tmp / f"{spec.library_name}.so")] + list(spec.ldflags) + ld
 

@@ -119,17 +119,19 @@ def test_cli_info_build_list_clear(tmp_path):
     for name, values in result(calls).items():
         assert values == pytest.approx(twin[name], rel=1e-5, abs=1e-5), name
     assert sorted(p.name for p in root.iterdir()) == entries
-    # a stale entry: the same library as if built by another torch
+    # a stale entry: the same library as if built by another torch (a classic binding) or
+    # for another stable ABI (a stable one)
     listing = run(cli + ["cache", "list"], root)
     assert "pushpull" in listing.stdout and "yes" in listing.stdout
     (entry,) = [p for p in root.iterdir() if p.name.startswith("pushpull-cpu")]
-    stale = root / entry.name.replace("torch", "torch0.0.1-old")
+    manifest = json.loads((entry / "manifest.json").read_text())
+    field = "stable_abi" if manifest["key"].get("kind") == "stable-abi" else "torch"
+    manifest["key"][field] = "0.1"
+    stale = root / (entry.name + "-old")
     subprocess.run(["cp", "-r", str(entry), str(stale)], check=True)
-    manifest = json.loads((stale / "manifest.json").read_text())
-    manifest["key"]["torch"] = "0.0.1"
     (stale / "manifest.json").write_text(json.dumps(manifest))
     listing = run(cli + ["cache", "list"], root)
-    assert "no (torch)" in listing.stdout, listing.stdout
+    assert f"no ({field})" in listing.stdout, listing.stdout
     cleared = run(cli + ["cache", "clear", "--stale"], root)
     assert "1 entry removed (stale only)" in cleared.stdout
     assert entry.exists() and not stale.exists()
