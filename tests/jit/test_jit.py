@@ -80,6 +80,28 @@ def test_key_follows_sources_flags_and_torch(tmp_path, monkeypatch):
     assert "torch9.9.9+cpu" in names[-1]
 
 
+def test_stable_abi_key_follows_its_target_not_the_torch_release(tmp_path, monkeypatch):
+    # a binding on the stable ABI: every torch from its target on loads it, so neither the
+    # torch release nor Python is in its key; its target, sources and flags are
+    src = tmp_path / "op.cpp"
+    src.write_text("int f() { return 1; }\n")
+    spec = jit.ModuleSpec("m", "cpu", [src], [], cflags=["-Og"], direct=True, stable_abi="2.13")
+    k0 = keymod.compute_key(spec)
+    assert k0["kind"] == "stable-abi" and k0["stable_abi"] == "2.13"
+    assert not {"torch", "torch_git", "torch_cuda", "python"} & set(k0)
+    assert keymod.entry_name(k0).startswith("m-cpu-stable2.13-")
+    classic = jit.ModuleSpec("m", "cpu", [src], [], cflags=["-Og"])
+    c0 = keymod.compute_key(classic)
+    monkeypatch.setattr(torch, "__version__", "9.9.9+cpu")  # an upgrade
+    monkeypatch.setattr(torch.version, "git_version", "0" * 40)
+    assert keymod.compute_key(spec) == k0
+    assert keymod.compute_key(classic) != c0
+    spec.stable_abi = "2.14"
+    assert keymod.entry_name(keymod.compute_key(spec)) != keymod.entry_name(k0)
+    spec.stable_abi, spec.cflags = "2.13", ["-O2"]
+    assert keymod.compute_key(spec)["sources"] != k0["sources"]
+
+
 def test_key_follows_compiler(tmp_path, monkeypatch):
     fake = tmp_path / "bin" / "c++"
     fake.parent.mkdir()
