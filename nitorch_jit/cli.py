@@ -159,6 +159,14 @@ def cmd_info(args):
     env["cxx"] = " | ".join(cxx) if cxx else "missing"
     for k, v in env.items():
         print(f"  {k:11s}{v}")
+    abi, err = _try(backends.compiled.binding_abi)
+    target = ".".join(map(str, backends.compiled.STABLE_ABI_FROM))
+    print(f"  {'bindings':11s}" + (
+        f"CPU: torch's stable ABI {target}, keyed on it and not on torch (every torch >= "
+        f"{target} loads them, an upgrade builds nothing)" if abi == "stable" else
+        f"CPU: classic headers, keyed on this torch (an upgrade rebuilds them)" if abi else
+        f"MISCONFIGURED: {err}")
+        + ("; CUDA: classic headers, keyed on this torch" if torch.version.cuda else ""))
     print("backend per device (NI_COMPILED_BACKEND="
           f"{os.environ.get('NI_COMPILED_BACKEND', '') or 'unset'})")
     devices = ["cpu"] + (["cuda"] if torch.version.cuda else [])

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from nitorch_jit.backends import compiled
+
 REPO = Path(__file__).resolve().parents[2]
 
 PULL = """
@@ -101,6 +103,9 @@ def test_cli_info_build_list_clear(tmp_path):
     for word in ("toolchain", "c++", "ninja", "cache", str(root), "key of this environment",
                  "backend per device", "pushpull", "compiles on first use (no cached build)"):
         assert word in info.stdout, word
+    # what an upgrade of torch will do to the bindings
+    assert ("CPU: torch's stable ABI 2.13, keyed on it" if compiled.binding_abi() == "stable"
+            else "CPU: classic headers, keyed on this torch") in info.stdout, info.stdout
     from nitorch_jit.backends import tuning  # sizes as numbers, switches as on/off
     assert f"output_cache_mb={tuning.current()['output_cache_mb']}," in info.stdout
     assert f"avx2={'on' if tuning.current()['avx2'] else 'off'}," in info.stdout
