@@ -8,7 +8,8 @@ then a thin binding (one translation unit, the only one with torch headers), and
 live in torch-free libraries, one per op, dtype and variant (the module's kernels.def, read by
 ``kernel_table``; ``kernel_names`` lists them), each its own cache entry, built the first time a
 call needs it: the binding asks for it by name through the resolver
-set here (``kernel_spec`` says how to build one). A torch upgrade rebuilds the binding only.
+set here (``kernel_spec`` says how to build one). A torch upgrade keeps a CPU binding on the
+stable ABI (keyed on that ABI, ``_stable_binding_spec``) and rebuilds a classic binding only.
 A prebuild (``nitorch-jit build``) builds bundles instead (``bundle_names``: every variant of
 one op and dtype in one library), which the resolver takes when it finds them.
 """
