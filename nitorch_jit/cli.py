@@ -91,8 +91,8 @@ def stale_reason(entry, kernels=None):
     if old.get("kind") == "torch-free":
         return (kernels or _CurrentKernels()).reason(entry)
     archs = ";".join(old.get("archs") or []) or None
-    # a binding is judged against a build of its own kind: a stable-ABI one stays current for
-    # every torch from its target on, whichever kind NI_JIT_BINDING asks for today
+    # a binding is judged against a build of its own kind (stable ABI or classic headers),
+    # whichever kind NI_JIT_BINDING asks for today
     abi = "stable" if old.get("kind") == "stable-abi" else "classic"
     new, _ = _try(lambda: jit.compute_key(backends.module_spec(old["module"], old["device"],
                                                                archs, abi)))
@@ -162,8 +162,8 @@ def cmd_info(args):
     abi, err = _try(backends.compiled.binding_abi)
     target = ".".join(map(str, backends.compiled.STABLE_ABI_FROM))
     print(f"  {'bindings':11s}" + (
-        f"CPU: torch's stable ABI {target}, keyed on it and not on torch (every torch >= "
-        f"{target} loads them, an upgrade builds nothing)" if abi == "stable" else
+        f"CPU: torch's stable ABI {target} (seconds to build), keyed on this torch (an "
+        f"upgrade rebuilds them, and only them)" if abi == "stable" else
         f"CPU: classic headers, keyed on this torch (an upgrade rebuilds them)" if abi else
         f"MISCONFIGURED: {err}")
         + ("; CUDA: classic headers, keyed on this torch" if torch.version.cuda else ""))
@@ -315,7 +315,7 @@ def _module_of(entry):
 def _row(entry, reason, name=None):
     k = entry.manifest["key"]
     torch_free = k.get("kind") == "torch-free"
-    torch_ = "-" if torch_free else k.get("torch") or f">={k.get('stable_abi')} (stable ABI)"
+    torch_ = "-" if torch_free else k.get("torch")
     return (name or entry.path.name, k.get("device"), torch_,
             k["python"].split("-")[-1] if "python" in k else "-", k.get("nvcc") or "-",
             _fmt_size(entry.size()), _fmt_age(entry.age_seconds()),

@@ -5,7 +5,7 @@
 //
 // Two remedies, both tuning knobs:
 // - output_cache_mb (NI_JIT_OUTPUT_CACHE_MB, default 256): freed outputs of >= 32 MiB are kept,
-//   up to that many MiB per library, and the next output of the same size reuses one whose
+//   up to that many MiB per process, and the next output of the same size reuses one whose
 //   pages are already mapped. Registration loops and batch reslicing allocate the same sizes
 //   over and over. 0 turns it off; nitorch_jit.empty_cache() gives the blocks back.
 // - huge_pages (NI_JIT_HUGE_PAGES=1, off by default): fresh large outputs ask for transparent
@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "core/process.h"
 #include "core/torch_api.h"
 #include "core/tuning.h"
 
@@ -36,10 +37,11 @@
 #include <c10/core/Storage.h>
 #endif
 
-// Every function here is hidden: each library that allocates outputs has its own block cache
-// and hook, and an inline function of one library must never be interposed by another's
-// (with default visibility the dynamic linker merges them, and a block taken from one
-// library's cache came back to the other's).
+// Every function here is hidden: each library that allocates outputs has the code of a block
+// cache, and an inline function of one library must never be interposed by another's (with
+// default visibility the dynamic linker merges them). The process uses one cache: the first
+// library to need it installs its own in the process state (core/process.h), and every block
+// goes back to the cache it came from.
 #pragma GCC visibility push(hidden)
 
 namespace nitorch_jit {
@@ -62,12 +64,12 @@ inline void advise_huge_pages(void* data, int64_t bytes) {
 }
 
 #if defined(__linux__)
-// The freed large outputs of this library, oldest first, at most output_cache_mb MiB in all.
+// The freed large outputs of the process, oldest first, at most output_cache_mb MiB in all.
 // Blocks are anonymous mappings of whole 2 MiB multiples; a request reuses a block of exactly
 // its rounded size (the same shapes recur), else maps a new one.
 class OutputBlocks {
  public:
-  // One per library (hidden: an inline function's static is otherwise merged across the
+  // This library's (hidden: an inline function's static is otherwise merged across the
   // libraries of a process), never destroyed: an output may be freed after static
   // destructors have run.
 #if defined(__GNUC__)
@@ -138,26 +140,43 @@ class OutputBlocks {
   int64_t total_ = 0;
 };
 
-// The deleter's context of a cached output: its block.
+// The process's block cache: the one in the process state, else this library's, installed
+// there (the first library to need one wins; the others use it).
+inline const nj_block_cache* process_blocks() {
+  nj_process* state = process::current();
+  const nj_block_cache* blocks = __atomic_load_n(&state->blocks, __ATOMIC_ACQUIRE);
+  if (blocks != nullptr) return blocks;
+  static const nj_block_cache mine{
+      [](int64_t bytes) { return OutputBlocks::get().take(bytes); },
+      [](void* p, int64_t bytes) { OutputBlocks::get().give(p, bytes); },
+      [] { OutputBlocks::get().trim(); }};
+  const nj_block_cache* expected = nullptr;
+  if (__atomic_compare_exchange_n(&state->blocks, &expected, &mine, false, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE))
+    return &mine;
+  return expected;  // another library installed its cache first
+}
+
+// The deleter's context of a cached output: its block and the cache it came from.
 struct CachedOutput {
   void* p;
   int64_t bytes;
+  const nj_block_cache* blocks;
   static void release(void* ctx) {
     auto* b = static_cast<CachedOutput*>(ctx);
-    OutputBlocks::get().give(b->p, b->bytes);
+    b->blocks->give(b->p, b->bytes);
     delete b;
   }
 };
 
-// The block of a large CPU output of `nbytes` (its rounded size in *bytes), or nullptr when the
-// cache is off, the output is small or the mapping failed (the caller allocates as usual).
-inline void* cached_block(int64_t nbytes, int64_t* bytes) {
+// The block of a large CPU output of `nbytes` (its rounded size in *bytes, its cache in
+// *blocks), or nullptr when the cache is off, the output is small or the mapping failed (the
+// caller allocates as usual).
+inline void* cached_block(int64_t nbytes, int64_t* bytes, const nj_block_cache** blocks) {
   if (tuning::get(tuning::kOutputCacheMB) <= 0 || nbytes < kLargeOutputBytes) return nullptr;
-  static const bool hooked = (tuning::on_change().store(+[] { OutputBlocks::get().trim(); }),
-                              true);  // knob changes (empty_cache) trim the cache at once
-  (void)hooked;
   *bytes = OutputBlocks::rounded(nbytes);
-  return OutputBlocks::get().take(*bytes);
+  *blocks = process_blocks();
+  return (*blocks)->take(*bytes);
 }
 
 #if defined(NJ_STABLE_ABI)
@@ -167,7 +186,8 @@ inline api::Tensor cached_output(api::IntRef sizes, const api::Tensor& like) {
   int64_t n = 1;
   for (int64_t s : sizes) n *= s;
   int64_t bytes = 0;
-  void* p = cached_block(n * static_cast<int64_t>(like.element_size()), &bytes);
+  const nj_block_cache* blocks = nullptr;
+  void* p = cached_block(n * static_cast<int64_t>(like.element_size()), &bytes, &blocks);
   if (p == nullptr) return api::Tensor();
   std::vector<int64_t> strides(sizes.size());
   int64_t st = 1;
@@ -176,7 +196,7 @@ inline api::Tensor cached_output(api::IntRef sizes, const api::Tensor& like) {
     st *= sizes[i];
   }
   return torch::stable::from_blob(p, sizes, strides, like.device(), like.scalar_type(),
-                                  [bytes](void* q) { OutputBlocks::get().give(q, bytes); });
+                                  [bytes, blocks](void* q) { blocks->give(q, bytes); });
 #else
   (void)sizes, (void)like;
   return api::Tensor();
@@ -190,9 +210,10 @@ inline at::Tensor cached_output(at::IntArrayRef sizes, const at::TensorOptions& 
   for (int64_t s : sizes) n *= s;
   const int64_t nbytes = n * static_cast<int64_t>(options.dtype().itemsize());
   int64_t bytes = 0;
-  void* p = cached_block(nbytes, &bytes);
+  const nj_block_cache* blocks = nullptr;
+  void* p = cached_block(nbytes, &bytes, &blocks);
   if (p == nullptr) return at::Tensor();
-  c10::DataPtr data(p, new CachedOutput{p, bytes}, &CachedOutput::release,
+  c10::DataPtr data(p, new CachedOutput{p, bytes, blocks}, &CachedOutput::release,
                     c10::Device(c10::kCPU));
   // resizable like any CPU tensor: growing it moves the data to the default allocator
   c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(nbytes),

@@ -1,16 +1,16 @@
 // Tuning knobs of the kernels (fast paths on or off, 32-bit offsets, buffer budgets). They are
 // chosen in Python (nitorch_jit/backends/tuning.py: the environment read once, overrides for
-// tests and benchmarks) and handed to each library that links torch right after it is loaded,
-// through the one C entry point that NJ_DEFINE_SET_TUNING() defines. A torch-free kernel
-// library (NJ_KERNEL_LIB) holds none: it reads its binding's through the host table
-// (core/host.h), so there is one set per process. Kernels read them here, never the
-// environment.
+// tests and benchmarks) and handed to the libraries through the C entry points that
+// NJ_DEFINE_SET_TUNING() defines. They live in the process state (core/process.h): one array
+// per process, shared by every binding; a torch-free kernel library (NJ_KERNEL_LIB) reads it
+// through the host table (core/host.h). Kernels read them here, never the environment.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
 #include "core/host.h"
+#include "core/process.h"
 
 namespace nitorch_jit {
 namespace tuning {
@@ -23,20 +23,15 @@ enum Knob : int {
   kCudaIndex32,       // CUDA: 32-bit offsets allowed where they fit
   kPushBufferMB,      // CPU push: MiB of private per-thread outputs before atomics
   kHugePages,         // CPU: transparent huge pages advised for large outputs (opt-in; host_output.h)
-  kOutputCacheMB,     // CPU: MiB of freed large outputs kept for reuse, per library (host_output.h)
+  kOutputCacheMB,     // CPU: MiB of freed large outputs kept for reuse, per process (host_output.h)
   kParallelMinWork,   // CPU: least work per thread of a parallel region (parallel.h)
   kNumKnobs
 };
 
-// One set per library (hidden: the CPU and CUDA libraries of a module do not share it). The
-// initial values are placeholders: Python sets every knob before the library's first op runs.
-#if defined(__GNUC__)
-__attribute__((visibility("hidden")))
-#endif
-inline int64_t* values() {
-  static int64_t v[kNumKnobs] = {1, 0, 1, 1, 256, 0, 0, 1 << 19};
-  return v;
-}
+static_assert(kNumKnobs <= NJ_MAX_KNOBS, "core/process.h holds NJ_MAX_KNOBS knobs");
+
+// The knobs of the process state this library uses (core/process.h).
+inline int64_t* values() { return process::current()->knobs; }
 
 inline int64_t get(Knob k) {
 #if defined(NJ_KERNEL_LIB)
@@ -46,28 +41,24 @@ inline int64_t get(Knob k) {
 #endif
 }
 
-// Run after every change of the knobs, when set (host_output.h: trims its cache to the budget).
-#if defined(__GNUC__)
-__attribute__((visibility("hidden")))
-#endif
-inline std::atomic<void (*)()>& on_change() {
-  static std::atomic<void (*)()> hook{nullptr};
-  return hook;
-}
-
 }  // namespace tuning
 }  // namespace nitorch_jit
 
-// Defines `int64_t nitorch_jit_set_tuning(const int64_t* v, int64_t n)` (sets the first n
-// knobs) and `int64_t nitorch_jit_get_tuning(int64_t* v, int64_t n)` (reads them back, for
-// tests); both return how many knobs the library has. Once per library, in the file that
-// registers its ops.
+// Defines, once per library, in the file that registers its ops:
+// - `int64_t nitorch_jit_set_tuning(const int64_t* v, int64_t n)`: sets the first n knobs (then
+//   trims the block cache to its budget); `nitorch_jit_get_tuning(int64_t* v, int64_t n)` reads
+//   them back (tests). Both return how many knobs the library has.
+// - `void* nitorch_jit_process_state()`: the state this library uses; and
+//   `int64_t nitorch_jit_adopt_process_state(void* p)`: use `p` (another library's) from now
+//   on; 0, or this library's NJ_PROCESS_ABI when `p` was made with another (nothing changes).
 #define NJ_DEFINE_SET_TUNING()                                                          \
   extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_set_tuning(     \
       const int64_t* v, int64_t n) {                                                    \
     for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
-      __atomic_store_n(nitorch_jit::tuning::values() + k, v[k], __ATOMIC_RELAXED);          \
-    if (auto hook = nitorch_jit::tuning::on_change().load()) hook();                    \
+      __atomic_store_n(nitorch_jit::tuning::values() + k, v[k], __ATOMIC_RELAXED);      \
+    const nj_block_cache* blocks =                                                      \
+        __atomic_load_n(&nitorch_jit::process::current()->blocks, __ATOMIC_ACQUIRE);    \
+    if (blocks != nullptr) blocks->trim();                                              \
     return nitorch_jit::tuning::kNumKnobs;                                              \
   }                                                                                     \
   extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_get_tuning(     \
@@ -75,4 +66,14 @@ inline std::atomic<void (*)()>& on_change() {
     for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
       v[k] = nitorch_jit::tuning::get(static_cast<nitorch_jit::tuning::Knob>(k));       \
     return nitorch_jit::tuning::kNumKnobs;                                              \
+  }                                                                                     \
+  extern "C" __attribute__((visibility("default"))) void* nitorch_jit_process_state() { \
+    return nitorch_jit::process::current();                                             \
+  }                                                                                     \
+  extern "C" __attribute__((visibility("default"))) int64_t                             \
+  nitorch_jit_adopt_process_state(void* p) {                                            \
+    auto* state = static_cast<nj_process*>(p);                                          \
+    if (state->abi != NJ_PROCESS_ABI) return NJ_PROCESS_ABI;                            \
+    nitorch_jit::process::current() = state;                                            \
+    return 0;                                                                           \
   }

@@ -8,8 +8,9 @@ then a thin binding (one translation unit, the only one with torch headers), and
 live in torch-free libraries, one per op, dtype and variant (the module's kernels.def, read by
 ``kernel_table``; ``kernel_names`` lists them), each its own cache entry, built the first time a
 call needs it: the binding asks for it by name through the resolver
-set here (``kernel_spec`` says how to build one). A torch upgrade keeps a CPU binding on the
-stable ABI (keyed on that ABI, ``_stable_binding_spec``) and rebuilds a classic binding only.
+set here (``kernel_spec`` says how to build one). A torch upgrade rebuilds the bindings only
+(keyed on torch; on the stable ABI, ``_stable_binding_spec``, in a few seconds) and reuses the
+kernel libraries.
 A prebuild (``nitorch-jit build``) builds bundles instead (``bundle_names``: every variant of
 one op and dtype in one library), which the resolver takes when it finds them.
 """
@@ -245,7 +246,7 @@ STABLE_ABI_FROM = (2, 13)
 
 def binding_abi(asked=None):
     """Which torch API the bindings are built on here: ``'stable'`` (the LibTorch stable ABI,
-    torch >= 2.13: a binding compiles in a few seconds, and a torch upgrade keeps it) or
+    torch >= 2.13: a binding compiles in a few seconds, so a torch upgrade's rebuild is cheap) or
     ``'classic'`` (the ATen headers). ``NI_JIT_BINDING=classic`` asks for the classic headers
     on any torch.
 
@@ -282,13 +283,14 @@ def binding_abi(asked=None):
 
 def _stable_binding_spec(module, device_type, sources_):
     """A binding on the stable ABI of STABLE_ABI_FROM: one compiler call, no worker process
-    (the loader adds torch's headers and libraries); every torch from that version on loads
-    the same build, so an upgrade compiles nothing."""
-    # -Og: a binding is glue (checks, outputs, one call into a kernel library); measured here
-    # pushpull's compiles in 2.5 s at -Og, 3.3 s at -O1 and 4.2 s at -O3; its call overhead
-    # did not move (12-20 us either way, the noise of this machine)
+    (the loader adds torch's headers and libraries); keyed on this torch like a classic one,
+    so an upgrade rebuilds it, in seconds."""
+    # -O0: a binding is glue (checks, outputs, one call into a kernel library), and a torch
+    # upgrade waits for its rebuild. Measured here for pushpull's: 2.2 s at -O0, 2.9 s at -Og
+    # (4.2 s at -O3; 1.2 s of it parsing headers); a one-point pull's call took 16 us either
+    # way, the noise of this machine
     return jit.ModuleSpec(module, device_type, sources_, [CSRC],
-                          cflags=["-Og", "-std=c++20", "-DNJ_STABLE_ABI"], direct=True,
+                          cflags=["-O0", "-std=c++20", "-DNJ_STABLE_ABI"], direct=True,
                           stable_abi=".".join(map(str, STABLE_ABI_FROM)),
                           label=f"the binding of '{module}' for {device_type.upper()} "
                                 f"(stable ABI)")

@@ -13,13 +13,15 @@ knob                       variable            meaning
 ``push_buffer_mb``         NI_JIT_PUSH_BUFFER_MB  CPU push: MiB of per-thread outputs
 ``huge_pages``             NI_JIT_HUGE_PAGES   CPU huge pages for outputs >= 32 MiB (=1: on)
 ``output_cache_mb``        NI_JIT_OUTPUT_CACHE_MB  CPU: MiB of freed outputs >= 32 MiB kept for
-                                               reuse, per library (default 256; 0: off)
+                                               reuse, per process (default 256; 0: off)
 ``parallel_min_work``      NI_JIT_PARALLEL_MIN_WORK  CPU: least work per thread (multiply-adds)
                                                for a kernel to go parallel (default 2^19;
                                                csrc/core/parallel.h)
 =========================  ==================  ===============================================
 
 Tests and benchmarks switch them with ``override(...)``, which reaches every loaded library.
+The knobs and the block cache of large outputs are process-wide state (csrc/core/process.h):
+the first library attached here keeps them, and every later one adopts its state.
 """
 import contextlib
 import ctypes
@@ -40,6 +42,7 @@ PARALLEL_MIN_WORK = 1 << 19
 
 _LOCK = threading.Lock()
 _SETTERS = {}  # library path -> its nitorch_jit_set_tuning, for every library loaded
+_PROCESS_STATE = []  # the address of the process state (the first library's), once known
 
 
 def _flag(name, default, on_value=None):
@@ -87,19 +90,44 @@ def _push(setter):
 
 
 def attach(path):
-    """Hand the knobs to the library at `path` (already loaded), and to it again on every
-    later change. A library without the entry point (built by an older version) is ignored."""
+    """Hand the process state (knobs and block cache, csrc/core/process.h) to the library at
+    `path` (already loaded): the first library's own, adopted by every later one; then the
+    knobs, and again on every later change. A library without the entry points (built by an
+    older version) is ignored."""
     if str(path) in _SETTERS:
         return
     try:
-        setter = ctypes.CDLL(str(path)).nitorch_jit_set_tuning
+        lib = ctypes.CDLL(str(path))
+        setter = lib.nitorch_jit_set_tuning
+        state, adopt = lib.nitorch_jit_process_state, lib.nitorch_jit_adopt_process_state
     except (OSError, AttributeError):
         return
     setter.restype = ctypes.c_int64
     setter.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+    state.restype, state.argtypes = ctypes.c_void_p, []
+    adopt.restype, adopt.argtypes = ctypes.c_int64, [ctypes.c_void_p]
     with _LOCK:
+        if not _PROCESS_STATE:
+            _PROCESS_STATE.append(state())
+        else:
+            rc = adopt(_PROCESS_STATE[0])
+            if rc != 0:
+                raise RuntimeError(f"{path} was built for process interface {rc}, unlike the "
+                                   f"libraries loaded before it: a build from another version; "
+                                   f"clear the cache (nitorch-jit cache clear)")
         _SETTERS[str(path)] = setter
         _push(setter)
+
+
+def process_state(path):
+    """The address of the process state that the library at `path` uses (tests): the same for
+    every library attached; None if it has none."""
+    try:
+        state = ctypes.CDLL(str(path)).nitorch_jit_process_state
+    except (OSError, AttributeError):
+        return None
+    state.restype, state.argtypes = ctypes.c_void_p, []
+    return state()
 
 
 def library_values(path):
@@ -149,8 +177,9 @@ def override(**knobs):
 def empty_cache():
     """Give the freed large CPU outputs that the compiled libraries keep back to the OS.
 
-    Each compiled CPU library keeps the blocks of its freed outputs of 32 MiB or more, up to
-    ``output_cache_mb`` MiB (``NI_JIT_OUTPUT_CACHE_MB``, default 256), so that the next output
+    The compiled CPU libraries keep the blocks of their freed outputs of 32 MiB or more, in one
+    cache per process, up to ``output_cache_mb`` MiB (``NI_JIT_OUTPUT_CACHE_MB``, default 256),
+    so that the next output
     of the same size skips the page faults of fresh memory (about 11 ms per 46 MB on a 2-core
     VM). Like ``torch.cuda.empty_cache``, this returns them; outputs still in use are not
     touched, and later calls fill the cache again. The pure-PyTorch relaxation's cached grid
@@ -178,7 +207,7 @@ def empty_cache():
         _VALUES["output_cache_mb"] = 0
         try:
             for setter in _SETTERS.values():
-                _push(setter)  # a budget of 0 trims each library's cache at once
+                _push(setter)  # a budget of 0 trims the cache at once
         finally:
             _VALUES["output_cache_mb"] = budget
             for setter in _SETTERS.values():

@@ -90,12 +90,6 @@ def _newest(entries):
     return max(entries, key=lambda e: e.manifest.get("built_at_epoch", 0))
 
 
-def _torch_of(key):
-    """The torch a binding's key names: its release, or the stable ABI it targets."""
-    return key.get("torch") or (f"stable ABI {key['stable_abi']}" if key.get("stable_abi")
-                                else None)
-
-
 def _why(name, key):
     """Why a build is needed, in a few words, from what the cache holds."""
     same = _same_module(key)
@@ -108,9 +102,9 @@ def _why(name, key):
     if bool(old.get("stable_abi")) != bool(key.get("stable_abi")):  # NI_JIT_BINDING, or an old torch
         api = {True: "stable ABI", False: "classic headers"}
         return (f"the binding's torch API changed ({api[bool(old.get('stable_abi'))]} -> "
-                f"{api[bool(key.get('stable_abi'))]}, torch {key.get('torch', '>= ' + str(key.get('stable_abi')))})")
-    if _torch_of(old) != _torch_of(key) or old.get("torch_git") != key.get("torch_git"):
-        return f"torch changed ({_torch_of(old)} -> {_torch_of(key)})"
+                f"{api[bool(key.get('stable_abi'))]}, torch {key.get('torch')})")
+    if old.get("torch") != key.get("torch") or old.get("torch_git") != key.get("torch_git"):
+        return f"torch changed ({old.get('torch')} -> {key.get('torch')})"
     changed = sorted(k for k in key if old.get(k) != key[k])
     if changed == ["sources"]:
         return "the sources changed"
@@ -357,9 +351,8 @@ def _load_failure(path, err):
 
 def _stable_abi_flags(version):
     """The compiler and linker flags of a binding on torch's stable ABI `version` ("2.13"),
-    from the torch loaded here, as torch.utils.cpp_extension would name them. They are not in
-    the key (its ``stable_abi`` field stands for them): the headers of any torch from that
-    version on, told the target, give a library that every such torch loads."""
+    from the torch loaded here, as torch.utils.cpp_extension would name them. The target keeps
+    the binding to what that version's ABI has; the key's torch fields cover the headers."""
     import torch
     from torch.utils import cpp_extension
     major, minor = (int(v) for v in version.split("."))

@@ -29,9 +29,10 @@ class ModuleSpec:
     # binding on torch's stable ABI); False: through torch.utils.cpp_extension in a worker
     direct: bool = False
     # "2.13": a binding on torch's stable C ABI, compiled for that target version
-    # (TORCH_TARGET_VERSION) and keyed on it, not on the torch release: every torch from that
-    # version on loads it (the stable ABI's promise), so a torch upgrade builds nothing.
-    # "": the classic C++ API, keyed on the exact torch build
+    # (TORCH_TARGET_VERSION, so it uses nothing newer) by one compiler call, in seconds.
+    # Keyed, as a classic binding is, on the exact torch, CUDA and Python: an upgrade rebuilds
+    # it (the promise: never a stale or silently skipped binding), and only it.
+    # "": the classic C++ API
     stable_abi: str = ""
     label: str = ""                # what the progress line calls it (default: the module)
 
@@ -106,12 +107,8 @@ def compute_key(spec):
     """The full key of `spec` in this environment; raises ToolchainError if a tool is missing."""
     if spec.torch_free:
         key = {"kind": "torch-free", "platform": environment_platform()}
-    elif spec.stable_abi:  # no Python module and only torch's C shims: neither is keyed
-        import torch
-        from .._version import __version__
-        key = {"kind": "stable-abi", "stable_abi": spec.stable_abi, "package": __version__,
-               "platform": environment_platform(),
-               "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI)}
+    elif spec.stable_abi:  # the torch fields too: an upgrade rebuilds it (ModuleSpec)
+        key = dict(environment(), kind="stable-abi", stable_abi=spec.stable_abi)
     else:
         key = dict(environment())
     cxx_path, cxx_version = toolchain.find_cxx()
@@ -129,14 +126,14 @@ def key_hash(key):
 
 def entry_name(key):
     """Readable prefix + short hash, e.g. pushpull-cpu-torch2.13.0+cpu-cp311-3f2a9c1d0e4b, for
-    a binding on the stable ABI pushpull-cpu-stable2.13-3f2a9c1d0e4b, or for a torch-free
-    library pushpull.grid_pull.float32-cpu-3f2a9c1d0e4b (a name that ends with its device
+    a binding on the stable ABI pushpull-cpu-stable2.13-torch2.13.0+cpu-cp311-3f2a9c1d0e4b, for
+    a torch-free library pushpull.grid_pull.float32-cpu-3f2a9c1d0e4b (a name that ends with its device
     already, pushpull.grid_pull.float32.cuda, does not say it twice)."""
-    if key.get("kind") == "stable-abi":
-        return f"{key['module']}-{key['device']}-stable{key['stable_abi']}-{key_hash(key)[:12]}"
     if key.get("kind") == "torch-free":
         device = "" if key["module"].endswith("." + key["device"]) else f"-{key['device']}"
         return f"{key['module']}{device}-{key_hash(key)[:12]}"
     pytag = "cp" + "".join(key["python"].split("-")[1].split(".")[:2])
     cuda = f"-cu{key['nvcc'].split('.')[0]}{key['nvcc'].split('.')[1]}" if key["device"] == "cuda" else ""
-    return f"{key['module']}-{key['device']}-torch{key['torch']}-{pytag}{cuda}-{key_hash(key)[:12]}"
+    abi = f"stable{key['stable_abi']}-" if key.get("kind") == "stable-abi" else ""
+    return (f"{key['module']}-{key['device']}-{abi}torch{key['torch']}-{pytag}{cuda}-"
+            f"{key_hash(key)[:12]}")

@@ -80,22 +80,28 @@ def test_key_follows_sources_flags_and_torch(tmp_path, monkeypatch):
     assert "torch9.9.9+cpu" in names[-1]
 
 
-def test_stable_abi_key_follows_its_target_not_the_torch_release(tmp_path, monkeypatch):
-    # a binding on the stable ABI: every torch from its target on loads it, so neither the
-    # torch release nor Python is in its key; its target, sources and flags are
+def test_stable_abi_key_follows_torch_its_target_and_sources(tmp_path, monkeypatch):
+    # a binding on the stable ABI is keyed as a classic one (torch, CUDA, Python: an upgrade
+    # rebuilds it) and on its target too; its entry name says which API it is on
     src = tmp_path / "op.cpp"
     src.write_text("int f() { return 1; }\n")
     spec = jit.ModuleSpec("m", "cpu", [src], [], cflags=["-Og"], direct=True, stable_abi="2.13")
     k0 = keymod.compute_key(spec)
     assert k0["kind"] == "stable-abi" and k0["stable_abi"] == "2.13"
-    assert not {"torch", "torch_git", "torch_cuda", "python"} & set(k0)
-    assert keymod.entry_name(k0).startswith("m-cpu-stable2.13-")
+    assert {"torch", "torch_git", "torch_cuda", "python"} <= set(k0)
+    assert keymod.entry_name(k0).startswith(f"m-cpu-stable2.13-torch{torch.__version__}-cp")
     classic = jit.ModuleSpec("m", "cpu", [src], [], cflags=["-Og"])
     c0 = keymod.compute_key(classic)
+    assert keymod.entry_name(c0).startswith("m-cpu-torch")
     monkeypatch.setattr(torch, "__version__", "9.9.9+cpu")  # an upgrade
-    monkeypatch.setattr(torch.version, "git_version", "0" * 40)
-    assert keymod.compute_key(spec) == k0
+    k1 = keymod.compute_key(spec)
+    assert k1 != k0 and keymod.entry_name(k1).startswith("m-cpu-stable2.13-torch9.9.9+cpu-")
     assert keymod.compute_key(classic) != c0
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.version, "git_version", "0" * 40)  # a rebuild of the same release
+    assert keymod.compute_key(spec) != k0
+    monkeypatch.undo()
+    assert keymod.compute_key(spec) == k0
     spec.stable_abi = "2.14"
     assert keymod.entry_name(keymod.compute_key(spec)) != keymod.entry_name(k0)
     spec.stable_abi, spec.cflags = "2.13", ["-O2"]
