@@ -32,9 +32,9 @@ _HANDLES = {}  # path -> ctypes handle of a torch-free library (kept open)
 DEFAULT_SECONDS = {"cpu": 15, "cuda": 180}
 DEFAULT_TORCH_FREE_SECONDS = {"cpu": 5, "cuda": 15}
 # a library with torch headers built by one compiler call (a binding on the stable ABI): one
-# translation unit, no worker, no ninja (measured here at -Og: 2.5 s alone, 3.3-5.6 s beside a
-# kernel's build on 2 cores)
-DEFAULT_DIRECT_SECONDS = {"cpu": 5, "cuda": 60}
+# translation unit, no worker, no ninja (measured here at -O0, linked by gold: 2.1 s alone,
+# 2-4 s beside a kernel's build on 2 cores; a CUDA binding by nvcc, 2-3.5 s)
+DEFAULT_DIRECT_SECONDS = {"cpu": 3, "cuda": 4}
 
 
 class BuildError(RuntimeError):
@@ -382,7 +382,8 @@ def _compile_command(spec, tmp):
     if spec.stable_abi:
         flags, ld_torch = _stable_abi_flags(spec.stable_abi)
         cmd += flags
-        ld += ld_torch
+        # the linker is not in the key: gold or GNU ld give the same library to its loader
+        ld += ld_torch + toolchain.fast_linker_flags(toolchain.cxx_command())
     cmd += [f"-I{d}" for d in spec.include_dirs] + [str(s) for s in spec.sources]
     return cmd + ["-o", str(tmp / f"{spec.library_name}.so")] + list(spec.ldflags) + ld
 

@@ -347,6 +347,22 @@ def arch_flags(archs):
     return flags
 
 
+@functools.lru_cache(None)
+def fast_linker_flags(cxx):
+    """``['-fuse-ld=gold']`` when compiler `cxx` can run gold here, else ``[]``. A binding
+    links against libtorch_cpu (hundreds of MB): measured here, GNU ld takes 0.45 s of a
+    2.8 s binding build, gold 0.18 s. Probed once per process and compiler (about 10 ms: the
+    driver starts the linker, which prints its version)."""
+    if sys.platform != "linux":
+        return []
+    try:
+        ok = subprocess.run([cxx, "-fuse-ld=gold", "-Wl,--version"], capture_output=True,
+                            timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return ["-fuse-ld=gold"] if ok else []
+
+
 # ----------------------------------------------------------------------------- CPU parallelism
 @functools.lru_cache(None)
 def openmp_flags():
