@@ -388,6 +388,10 @@ def _compile_command(spec, tmp):
         ld = []
     if spec.stable_abi:
         flags, ld_torch = _stable_abi_flags(spec.stable_abi)
+        if spec.device == "cuda":  # nvcc takes a system include folder as a separate argument
+            flags = [a for f in flags
+                     for a in (["-isystem", f[len("-isystem"):]] if f.startswith("-isystem")
+                               else [f])]
         cmd += flags
         ld += ld_torch
     cmd += [f"-I{d}" for d in spec.include_dirs] + [str(s) for s in spec.sources]
