@@ -166,7 +166,8 @@ def cmd_info(args):
         f"upgrade rebuilds them, and only them)" if abi == "stable" else
         f"CPU: classic headers, keyed on this torch (an upgrade rebuilds them)" if abi else
         f"MISCONFIGURED: {err}")
-        + ("; CUDA: classic headers, keyed on this torch" if torch.version.cuda else ""))
+        + (("; CUDA: the same" if abi == "stable" else
+            "; CUDA: classic headers, keyed on this torch") if torch.version.cuda else ""))
     print("backend per device (NI_COMPILED_BACKEND="
           f"{os.environ.get('NI_COMPILED_BACKEND', '') or 'unset'})")
     devices = ["cpu"] + (["cuda"] if torch.version.cuda else [])

@@ -4,7 +4,8 @@
 // one source builds either way:
 //   Tensor, IntArg (an int[] argument), IntRef (sizes, strides, a view of an IntArg),
 //   FloatArg (a float[] argument), OptTensor (a Tensor? argument), contiguous, clone, copy_,
-//   ScalarType and kFloat..., dtype_name, device_str, is_strided, empty, zero_,
+//   ScalarType and kFloat..., dtype_name, device_str, is_strided, empty (like a tensor, or
+//   with another dtype on its device), zeros, to (another dtype), zero_,
 //   NJ_CHECK(cond, pieces...) whose message is the pieces, unchanged (numbers through
 //   core/message.h's num()), NJ_LIBRARY_IMPL / NJ_IMPL for the registration block.
 #pragma once
@@ -53,11 +54,22 @@ inline bool is_strided(const Tensor& t) {
 inline Tensor empty(IntRef sizes, const Tensor& like) {
   return torch::stable::empty(sizes, like.scalar_type(), std::nullopt, like.device());
 }
+inline Tensor empty(IntRef sizes, ScalarType dtype, const Tensor& like) {
+  return torch::stable::empty(sizes, dtype, std::nullopt, like.device());
+}
 
 inline Tensor& zero_(Tensor& t) {
   torch::stable::zero_(t);
   return t;
 }
+inline Tensor zeros(IntRef sizes, ScalarType dtype, const Tensor& like) {
+  Tensor t = api::empty(sizes, dtype, like);
+  return api::zero_(t);  // qualified: ADL would find torch::stable::zero_ too
+}
+inline Tensor zeros(IntRef sizes, const Tensor& like) {
+  return api::zeros(sizes, like.scalar_type(), like);
+}
+inline Tensor to(const Tensor& t, ScalarType dtype) { return torch::stable::to(t, dtype); }
 
 inline Tensor contiguous(const Tensor& t) { return torch::stable::contiguous(t); }
 inline Tensor clone(const Tensor& t) { return torch::stable::clone(t); }
@@ -107,7 +119,17 @@ inline const char* dtype_name(ScalarType t) { return c10::toString(t); }
 inline std::string device_str(const Tensor& t) { return t.device().str(); }
 inline bool is_strided(const Tensor& t) { return t.layout() == at::kStrided; }
 inline Tensor empty(IntRef sizes, const Tensor& like) { return at::empty(sizes, like.options()); }
+inline Tensor empty(IntRef sizes, ScalarType dtype, const Tensor& like) {
+  return at::empty(sizes, like.options().dtype(dtype));
+}
 inline Tensor& zero_(Tensor& t) { return t.zero_(); }
+inline Tensor zeros(IntRef sizes, ScalarType dtype, const Tensor& like) {
+  return at::empty(sizes, like.options().dtype(dtype)).zero_();
+}
+inline Tensor zeros(IntRef sizes, const Tensor& like) {
+  return api::zeros(sizes, like.scalar_type(), like);
+}
+inline Tensor to(const Tensor& t, ScalarType dtype) { return t.to(dtype); }
 inline Tensor contiguous(const Tensor& t) { return t.contiguous(); }
 inline Tensor clone(const Tensor& t) { return t.clone(); }
 inline void copy_(Tensor& dst, const Tensor& src) { dst.copy_(src); }

@@ -1,5 +1,6 @@
 // Host side of the CUDA line kernels (splinc, resize): message helpers, the upload of the
-// per-call constants (filter plans, tap tables), the filter along one dim. Templated on a
+// per-call constants (filter plans, tap tables), the filter along one dim, written on
+// core/torch_api.h (the stable ABI or the classic headers). Templated on a
 // Policy (as csrc/pushpull/cuda/host.cuh) so that the same code serves the CUDA
 // libraries (cuda_policy.cuh) and the host emulation of the kernels in the tests
 // (tests/cuda/emu/lines_cuda_emu.cpp). A Policy provides:
@@ -11,8 +12,6 @@
 //   upload(bytes, n, like)           a uint8 tensor on like's device holding bytes[0..n)
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -20,9 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "core/torch_api.h"
+#include "core/tuning.h"
 #include "lines/cuda.h"
 #include "lines/filter.h"
-#include "core/tuning.h"
 
 namespace nitorch_jit {
 namespace lines_cuda {
@@ -33,7 +33,7 @@ inline bool allow_i32() { return tuning::get(tuning::kCudaIndex32) != 0; }
 inline bool fits32(int64_t numel) { return numel < std::numeric_limits<int32_t>::max(); }
 
 // [outer, size(d), inner] of a contiguous tensor.
-inline void outer_inner(const at::Tensor& t, int64_t d, int64_t& outer, int64_t& inner) {
+inline void outer_inner(const api::Tensor& t, int64_t d, int64_t& outer, int64_t& inner) {
   outer = 1;
   inner = 1;
   for (int64_t k = 0; k < d; ++k) outer *= t.size(k);
@@ -56,7 +56,7 @@ class Staging {
   }
   // Copy to like's device; device addresses are base + offset.
   template <class Policy>
-  void upload(const at::Tensor& like) {
+  void upload(const api::Tensor& like) {
     dev_ = Policy::upload(buf_.data(), buf_.size(), like);
     base_ = static_cast<const uint8_t*>(dev_.const_data_ptr());
   }
@@ -67,16 +67,16 @@ class Staging {
 
  private:
   std::vector<uint8_t> buf_;
-  at::Tensor dev_;  // keeps the device copy alive until the call's launches are queued
+  api::Tensor dev_;  // keeps the device copy alive until the call's launches are queued
   const uint8_t* base_ = nullptr;
 };
 
 // Filter the contiguous tensor x in place along dim d with a plan at device address `plan`.
 template <class Policy>
-void filter_dim(const at::Tensor& x, int64_t d, const splinc::LinePlan* plan) {
+void filter_dim(const api::Tensor& x, int64_t d, const splinc::LinePlan* plan) {
   int64_t outer, inner;
   outer_inner(x, d, outer, inner);
-  Policy::check(filter(x.data_ptr(), x.scalar_type() == at::kDouble, outer, x.size(d), inner,
+  Policy::check(filter(x.data_ptr(), x.scalar_type() == api::kDouble, outer, x.size(d), inner,
                        plan, Policy::stream()));
 }
 

@@ -296,6 +296,19 @@ def _stable_binding_spec(module, device_type, sources_):
                                 f"(stable ABI)")
 
 
+def _stable_cuda_binding_spec(module, sources_):
+    """A CUDA binding on the stable ABI: host code only (csrc/<module>/cuda/binding.cpp, the
+    current device and stream through core/torch_api_cuda.h), one nvcc call that compiles it
+    with the host compiler, no arch (the loader adds the CUDA include folder, the shared CUDA
+    runtime that torch loaded, and torch's headers and libraries); keyed on this torch and the
+    toolkit, so a torch upgrade rebuilds it, in seconds. The host compiler gets the -O0 of the
+    CPU binding (``_stable_binding_spec``)."""
+    return jit.ModuleSpec(module, "cuda", sources_, [CSRC],
+                          cflags=["-Xcompiler=-O0", "-std=c++20", "-DNJ_STABLE_ABI"],
+                          direct=True, stable_abi=".".join(map(str, STABLE_ABI_FROM)),
+                          label=f"the binding of '{module}' for CUDA (stable ABI)")
+
+
 def module_spec(module, device_type, archs=None, abi=None):
     """Describe the library of `module` for `device_type` ('cpu' or 'cuda'): its sources
     (``sources``); headers are included from csrc/ ("core/bounds.h", "<module>/point.h").
@@ -308,7 +321,7 @@ def module_spec(module, device_type, archs=None, abi=None):
     archs : str or list of str, optional
         CUDA architectures (default: ``TORCH_CUDA_ARCH_LIST``, else the visible GPU).
     abi : {'stable', 'classic'}, optional
-        The API of a CPU binding (default: ``binding_abi()``).
+        The API of a binding, CPU or CUDA (default: ``binding_abi()``).
 
     Returns
     -------
@@ -345,9 +358,11 @@ def module_spec(module, device_type, archs=None, abi=None):
         # the binding asks for will need them, and a bad list falls back now rather than fail
         # a call later
         toolchain.parse_arch_list(archs)
+        if binding_abi(abi) == "stable":
+            return _stable_cuda_binding_spec(module, units)
         return jit.ModuleSpec(module, "cuda", units, [CSRC], cflags=["-Og"],
                               cuda_cflags=["-arch=sm_90"],
-                              label=f"the binding of '{module}' for CUDA")
+                              label=f"the binding of '{module}' for CUDA (classic headers)")
     raise BackendError(f"no compiled kernels for device type {device_type!r}")
 
 

@@ -381,9 +381,14 @@ def _compile_command(spec, tmp):
         ld = []
     if spec.stable_abi:
         flags, ld_torch = _stable_abi_flags(spec.stable_abi)
+        if spec.device == "cuda":  # nvcc takes a system include folder as a separate argument
+            flags = [a for f in flags
+                     for a in (["-isystem", f[len("-isystem"):]] if f.startswith("-isystem")
+                               else [f])]
         cmd += flags
-        # the linker is not in the key: gold or GNU ld give the same library to its loader
-        ld += ld_torch + toolchain.fast_linker_flags(toolchain.cxx_command())
+        ld += ld_torch
+        if spec.device == "cpu":  # not in the key: gold or GNU ld, the same library to its loader
+            ld += toolchain.fast_linker_flags(toolchain.cxx_command())
     cmd += [f"-I{d}" for d in spec.include_dirs] + [str(s) for s in spec.sources]
     return cmd + ["-o", str(tmp / f"{spec.library_name}.so")] + list(spec.ldflags) + ld
 

@@ -1,17 +1,13 @@
 // CUDA pushpull ops, host side (docs/pushpull-spec.md): argument checks, geometry, outputs and
-// dispatch. Templated on a Policy (device test, device guard, kernel launch) so that the same
-// code serves the CUDA binding (binding.cpp: the kernels in libraries of their own, found by
-// name) and the host emulation of the kernels that the tests run without a GPU
-// (tests/cuda/emu/pushpull_cuda_emu.cpp).
+// dispatch, written on core/torch_api.h (the stable ABI or the classic headers). Templated on a
+// Policy (device test, device guard, kernel launch) so that the same code serves the CUDA
+// binding (binding.cpp: the kernels in libraries of their own, found by name) and the host
+// emulation of the kernels that the tests run without a GPU (tests/cuda/emu/pushpull_cuda_emu.cpp).
 //
 // Dtypes: float32, float64, and float16 / bfloat16 data (computed in float32) whose grid is
 // either the same half type or float32. Outputs: pull/grad/push/pushgrad in the data's dtype,
 // grad_dot/hess_dot in the grid's dtype.
 #pragma once
-
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -25,6 +21,7 @@
 #include "core/message.h"
 #include "pushpull/checks.h"
 #include "core/spline.h"
+#include "core/torch_api.h"
 #include "core/tuning.h"
 #include "pushpull/cuda/params.cuh"
 #include "pushpull/tensor.h"
@@ -53,7 +50,7 @@ using msg::shape_str;
 
 // A tensor [B, C, *spatial(D)] (+ a trailing D when with_d) on the grid's device, whose dtype
 // is the grid's (or a half type when the grid is float32).
-inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor& grid, int64_t D,
+inline void check_tensor(const api::Tensor& t, const char* name, const api::Tensor& grid, int64_t D,
                          bool with_d, const char* layout) {
   checks::check_tensor(t, name, grid, D, with_d, layout, "grid", /*half_ok=*/true);
 }
@@ -61,17 +58,17 @@ inline void check_tensor(const at::Tensor& t, const char* name, const at::Tensor
 // --------------------------------------------------------------------------------------------
 // Geometry.
 
-inline Dtype dtype_of(const at::Tensor& t) {
+inline Dtype dtype_of(const api::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kHalf: return kHalf;
-    case at::kBFloat16: return kBFloat16;
-    case at::kFloat: return kFloat;
+    case api::kHalf: return kHalf;
+    case api::kBFloat16: return kBFloat16;
+    case api::kFloat: return kFloat;
     default: return kDouble;
   }
 }
 
 // Offsets of a strided tensor fit in int32 (with room for one past the end).
-inline bool fits32(const at::Tensor& t) {
+inline bool fits32(const api::Tensor& t) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max() - 1;
   if (t.numel() == 0) return true;
   int64_t span = 0;
@@ -97,27 +94,34 @@ inline bool flat_stride(const int64_t* st, const int64_t* pts, int64_t& flat) {
 }
 
 // Grid, options and batch (pushpull/geometry.h).
-inline Params make_params(const at::Tensor& grid, const at::Tensor& data, int64_t D,
-                          at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+inline Params make_params(const api::Tensor& grid, const api::Tensor& data, int64_t D,
+                          api::IntRef order, api::IntRef bound, bool extrapolate) {
   Params p;
   set_points(p, grid.size(0), grid.sizes().slice(1, D), D, order, bound, extrapolate);
   set_grid_strides(p, grid.strides());
   p.grid = grid.const_data_ptr();
-  p.grid_f32 = is_half(data.scalar_type()) && grid.scalar_type() == at::kFloat;
+  p.grid_f32 = is_half(data.scalar_type()) && grid.scalar_type() == api::kFloat;
   return p;
 }
 
+// The image the taps index, for gathers: data with sizes [B, C, *S], batch and channel strides
+// sB, sC (its own, or 0 where it is read broadcast).
+inline void set_gather_source(Params& p, const api::Tensor& data, api::IntRef sizes, int64_t sB,
+                              int64_t sC) {
+  p.C = sizes[1];
+  p.src_ptr = data.const_data_ptr();
+  p.sB = sB;
+  p.sC = sC;
+  set_source(p, sizes.slice(2), data.strides().slice(2));
+}
+
 // The image the taps index, for gathers: input [B, C, *S].
-inline void set_gather_source(Params& p, const at::Tensor& input) {
-  p.C = input.size(1);
-  p.src_ptr = input.const_data_ptr();
-  p.sB = input.stride(0);
-  p.sC = input.stride(1);
-  set_source(p, input.sizes().slice(2), input.strides().slice(2));
+inline void set_gather_source(Params& p, const api::Tensor& input) {
+  set_gather_source(p, input, input.sizes(), input.stride(0), input.stride(1));
 }
 
 // The image the taps index, for scatters: a contiguous [B, C, *shape] buffer.
-inline void set_scatter_source(Params& p, at::IntArrayRef shape) {
+inline void set_scatter_source(Params& p, api::IntRef shape) {
   int64_t stride[3];
   int64_t s = 1;
   for (int d = p.D - 1; d >= 0; --d) {
@@ -128,7 +132,7 @@ inline void set_scatter_source(Params& p, at::IntArrayRef shape) {
 }
 
 // The per-point tensor [B, C, *O(, D)] (pushed values, dot weights).
-inline void set_point_tensor(Params& p, const at::Tensor& t, bool with_d) {
+inline void set_point_tensor(Params& p, const api::Tensor& t, bool with_d) {
   p.C = t.size(1);
   p.pin = t.const_data_ptr();
   p.pB = t.stride(0);
@@ -159,15 +163,15 @@ inline bool want_tiles(const Params& p) {
 inline bool allow_i32() { return tuning::get(tuning::kCudaIndex32) != 0; }
 
 template <class Policy, int OP>
-void run(Params& p, const at::Tensor& data, bool i32) {
+void run(Params& p, const api::Tensor& data, bool i32) {
   if (p.B == 0 || p.P == 0) return;
-  TORCH_CHECK((p.P + 255) / 256 <= std::numeric_limits<int32_t>::max(),
-              "too many grid points per batch (", num(p.P), ") for one CUDA launch");
+  NJ_CHECK((p.P + 255) / 256 <= std::numeric_limits<int32_t>::max(),
+           "too many grid points per batch (", num(p.P), ") for one CUDA launch");
   set_flat(p);
   Policy::template run_kernel<OP>(p, dtype_of(data), i32 && allow_i32());
 }
 
-inline bool empty_source(const at::Tensor& input, int64_t D) {
+inline bool empty_source(const api::Tensor& input, int64_t D) {
   for (int64_t d = 0; d < D; ++d)
     if (input.size(2 + d) == 0) return true;
   return false;
@@ -177,16 +181,15 @@ inline bool empty_source(const at::Tensor& input, int64_t D) {
 // Ops.
 
 template <class Policy, bool kIsGrad>
-at::Tensor gather_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef order,
-                       at::IntArrayRef bound, bool extrapolate) {
+api::Tensor gather_impl(const api::Tensor& input, const api::Tensor& grid, api::IntRef order,
+                        api::IntRef bound, bool extrapolate) {
   const int64_t D = check_grid<Policy>(grid);
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_options(order, bound, D);
   const typename Policy::Guard guard(grid.device());
-  at::Tensor out =
-      at::empty(point_shape(grid, input.size(0), input.size(1), D, kIsGrad), input.options());
+  api::Tensor out = api::empty(point_shape(grid, input.size(0), input.size(1), D, kIsGrad), input);
   if (out.numel() == 0) return out;
-  if (empty_source(input, D)) return out.zero_();
+  if (empty_source(input, D)) return api::zero_(out);
   Params p = make_params(grid, input, D, order, bound, extrapolate);
   set_gather_source(p, input);
   p.out = out.data_ptr();
@@ -196,8 +199,8 @@ at::Tensor gather_impl(const at::Tensor& input, const at::Tensor& grid, at::IntA
 }
 
 template <class Policy, bool kIsGrad>
-at::Tensor scatter_impl(const at::Tensor& input, const at::Tensor& grid, at::IntArrayRef shape,
-                        at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+api::Tensor scatter_impl(const api::Tensor& input, const api::Tensor& grid, api::IntRef shape,
+                         api::IntRef order, api::IntRef bound, bool extrapolate) {
   const int64_t D = check_grid<Policy>(grid);
   check_tensor(input, "input", grid, D, kIsGrad, kIsGrad ? "[B, C, *O, D]" : "[B, C, *O]");
   check_point_shape(input, "input", grid, D);
@@ -206,8 +209,8 @@ at::Tensor scatter_impl(const at::Tensor& input, const at::Tensor& grid, at::Int
   const typename Policy::Guard guard(grid.device());
   // half data: atomics add into a float32 buffer, cast at the end
   const bool half = is_half(input.scalar_type());
-  at::Tensor buf = at::zeros(resampled_size(input, shape),
-                             input.options().dtype(half ? at::kFloat : input.scalar_type()));
+  api::Tensor buf =
+      api::zeros(resampled_size(input, shape), half ? api::kFloat : input.scalar_type(), input);
   if (buf.numel() > 0) {
     Params p = make_params(grid, input, D, order, bound, extrapolate);
     set_scatter_source(p, shape);
@@ -217,25 +220,24 @@ at::Tensor scatter_impl(const at::Tensor& input, const at::Tensor& grid, at::Int
     const bool i32 = fits32(input) && fits32(grid) && fits32(buf);
     run<Policy, kIsGrad ? kPushGrad : kPush>(p, input, i32);
   }
-  return half ? buf.to(input.scalar_type()) : buf;
+  return half ? api::to(buf, input.scalar_type()) : buf;
 }
 
 template <class Policy, bool kIsHess>
-at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at::Tensor& grid,
-                    at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+api::Tensor dot_impl(const api::Tensor& weight, const api::Tensor& input, const api::Tensor& grid,
+                     api::IntRef order, api::IntRef bound, bool extrapolate) {
   const int64_t D = check_grid<Policy>(grid);
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(weight, "weight", grid, D, kIsHess, kIsHess ? "[B, C, *O, D]" : "[B, C, *O]");
   check_point_shape(weight, "weight", grid, D);
   check_channels(weight, "weight", input);
-  TORCH_CHECK(weight.scalar_type() == input.scalar_type(), "weight dtype (",
-              dt(weight.scalar_type()), ") must equal input dtype (", dt(input.scalar_type()),
-              ")");
+  NJ_CHECK(weight.scalar_type() == input.scalar_type(), "weight dtype (",
+           dt(weight.scalar_type()), ") must equal input dtype (", dt(input.scalar_type()), ")");
   check_options(order, bound, D);
   const typename Policy::Guard guard(grid.device());
-  at::Tensor out = at::empty(grid.sizes(), grid.options());  // [B, *O, D]
+  api::Tensor out = api::empty(grid.sizes(), grid);  // [B, *O, D]
   if (out.numel() == 0) return out;
-  if (empty_source(input, D) || input.size(1) == 0) return out.zero_();
+  if (empty_source(input, D) || input.size(1) == 0) return api::zero_(out);
   Params p = make_params(grid, input, D, order, bound, extrapolate);
   set_gather_source(p, input);
   set_point_tensor(p, weight, kIsHess);
@@ -247,37 +249,39 @@ at::Tensor dot_impl(const at::Tensor& weight, const at::Tensor& input, const at:
 
 // Both gradients of pull in one pass: (push of grad into input's shape, grad_dot(grad, input)).
 template <class Policy>
-std::tuple<at::Tensor, at::Tensor> pullback_impl(const at::Tensor& grad, const at::Tensor& input,
-                                                 const at::Tensor& grid, at::IntArrayRef order,
-                                                 at::IntArrayRef bound, bool extrapolate) {
+std::tuple<api::Tensor, api::Tensor> pullback_impl(const api::Tensor& grad,
+                                                   const api::Tensor& input,
+                                                   const api::Tensor& grid, api::IntRef order,
+                                                   api::IntRef bound, bool extrapolate) {
   const int64_t D = check_grid<Policy>(grid);
   check_tensor(input, "input", grid, D, false, "[B, C, *S]");
   check_tensor(grad, "grad", grid, D, false, "[B, C, *O]");
   check_point_shape(grad, "grad", grid, D);
   check_channels(grad, "grad", input);
-  TORCH_CHECK(grad.scalar_type() == input.scalar_type(), "grad dtype (", dt(grad.scalar_type()),
-              ") must equal input dtype (", dt(input.scalar_type()), ")");
+  NJ_CHECK(grad.scalar_type() == input.scalar_type(), "grad dtype (", dt(grad.scalar_type()),
+           ") must equal input dtype (", dt(input.scalar_type()), ")");
   check_options(order, bound, D);
   const typename Policy::Guard guard(grid.device());
   // half data: atomics add into a float32 buffer, cast at the end
   const bool half = is_half(input.scalar_type());
-  at::Tensor buf =
-      at::zeros(input.sizes(), input.options().dtype(half ? at::kFloat : input.scalar_type()));
-  at::Tensor ggrid = at::empty(grid.sizes(), grid.options());
-  if (ggrid.numel() > 0 && buf.numel() == 0) ggrid.zero_();  // no channel or an empty source
+  api::Tensor buf = api::zeros(input.sizes(), half ? api::kFloat : input.scalar_type(), input);
+  api::Tensor ggrid = api::empty(grid.sizes(), grid);
+  if (ggrid.numel() > 0 && buf.numel() == 0) api::zero_(ggrid);  // no channel or empty source
   if (ggrid.numel() > 0 && buf.numel() > 0) {
-    // the taps' offsets address both the input and the contiguous buffer
-    const at::Tensor src = spatially_contiguous(input, D).data.expand(input.sizes());
-    Params p = make_params(grid, src, D, order, bound, extrapolate);
-    set_gather_source(p, src);
+    // the taps' offsets address both the input and the contiguous buffer; the source is read
+    // with input's sizes (a broadcast batch or channel has stride 0: src.sB, src.sC)
+    const SpatiallyContiguous src = spatially_contiguous(input, D);
+    Params p = make_params(grid, input, D, order, bound, extrapolate);
+    set_gather_source(p, src.data, input.sizes(), src.sB, src.sC);
     set_point_tensor(p, grad, false);
     p.tile = want_tiles(p);
     p.out = buf.data_ptr();
     p.out2 = ggrid.data_ptr();
-    const bool i32 = fits32(src) && fits32(grad) && fits32(grid) && fits32(buf) && fits32(ggrid);
+    const bool i32 = fits32(src.data) && fits32(grad) && fits32(grid) && fits32(buf) &&
+                     fits32(ggrid);
     run<Policy, kPullBack>(p, input, i32);
   }
-  return {half ? buf.to(input.scalar_type()) : buf, ggrid};
+  return {half ? api::to(buf, input.scalar_type()) : buf, ggrid};
 }
 
 // --------------------------------------------------------------------------------------------
@@ -285,14 +289,14 @@ std::tuple<at::Tensor, at::Tensor> pullback_impl(const at::Tensor& grad, const a
 // computed in the kernels (load_affine_point). float32 / float64 only.
 
 // t [B, C, *spatial(D)] on affine's device, with its dtype and batch size
-inline void check_affine_tensor(const at::Tensor& t, const char* name, const at::Tensor& affine,
+inline void check_affine_tensor(const api::Tensor& t, const char* name, const api::Tensor& affine,
                                 int64_t D, const char* layout) {
   checks::check_tensor(t, name, affine, D, false, layout, "affine");
 }
 
 // Points: the voxels of `pts`; mat: a contiguous [B, D, D+1] matrix.
-inline Params make_affine_params(const at::Tensor& mat, at::IntArrayRef pts, int64_t D,
-                                 at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+inline Params make_affine_params(const api::Tensor& mat, api::IntRef pts, int64_t D,
+                                 api::IntRef order, api::IntRef bound, bool extrapolate) {
   Params p;
   set_points(p, mat.size(0), pts, D, order, bound, extrapolate);
   p.mat = mat.const_data_ptr();
@@ -301,16 +305,16 @@ inline Params make_affine_params(const at::Tensor& mat, at::IntArrayRef pts, int
 }
 
 template <class Policy>
-at::Tensor affine_pull_impl(const at::Tensor& input, const at::Tensor& affine,
-                            at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
-                            bool extrapolate) {
+api::Tensor affine_pull_impl(const api::Tensor& input, const api::Tensor& affine,
+                             api::IntRef shape, api::IntRef order, api::IntRef bound,
+                             bool extrapolate) {
   const int64_t D =
       checks::check_affine_resample<Policy>(input, "[B, C, *S]", affine, shape, order, bound);
   const typename Policy::Guard guard(affine.device());
-  at::Tensor out = at::empty(resampled_size(input, shape), input.options());
+  api::Tensor out = api::empty(resampled_size(input, shape), input);
   if (out.numel() == 0) return out;
-  if (empty_source(input, D)) return out.zero_();
-  const at::Tensor mat = affine.contiguous();
+  if (empty_source(input, D)) return api::zero_(out);
+  const api::Tensor mat = api::contiguous(affine);
   Params p = make_affine_params(mat, shape, D, order, bound, extrapolate);
   set_gather_source(p, input);
   p.out = out.data_ptr();
@@ -319,15 +323,15 @@ at::Tensor affine_pull_impl(const at::Tensor& input, const at::Tensor& affine,
 }
 
 template <class Policy>
-at::Tensor affine_push_impl(const at::Tensor& input, const at::Tensor& affine,
-                            at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
-                            bool extrapolate) {
+api::Tensor affine_push_impl(const api::Tensor& input, const api::Tensor& affine,
+                             api::IntRef shape, api::IntRef order, api::IntRef bound,
+                             bool extrapolate) {
   const int64_t D =
       checks::check_affine_resample<Policy>(input, "[B, C, *O]", affine, shape, order, bound);
   const typename Policy::Guard guard(affine.device());
-  at::Tensor out = at::zeros(resampled_size(input, shape), input.options());
+  api::Tensor out = api::zeros(resampled_size(input, shape), input);
   if (out.numel() == 0 || input.numel() == 0) return out;
-  const at::Tensor mat = affine.contiguous();
+  const api::Tensor mat = api::contiguous(affine);
   Params p = make_affine_params(mat, input.sizes().slice(2), D, order, bound, extrapolate);
   set_scatter_source(p, shape);
   set_point_tensor(p, input, false);
@@ -337,18 +341,18 @@ at::Tensor affine_push_impl(const at::Tensor& input, const at::Tensor& affine,
 }
 
 template <class Policy>
-at::Tensor affine_dot_impl(const at::Tensor& weight, const at::Tensor& input,
-                           const at::Tensor& affine, at::IntArrayRef order, at::IntArrayRef bound,
-                           bool extrapolate) {
+api::Tensor affine_dot_impl(const api::Tensor& weight, const api::Tensor& input,
+                            const api::Tensor& affine, api::IntRef order, api::IntRef bound,
+                            bool extrapolate) {
   const int64_t D = check_affine<Policy>(affine);
   check_affine_tensor(input, "input", affine, D, "[B, C, *S]");
   check_affine_tensor(weight, "weight", affine, D, "[B, C, *O]");
   check_channels(weight, "weight", input);
   check_options(order, bound, D);
   const typename Policy::Guard guard(affine.device());
-  at::Tensor out = at::zeros({affine.size(0), D, D + 1}, input.options());
+  api::Tensor out = api::zeros(std::vector<int64_t>{affine.size(0), D, D + 1}, input);
   if (out.numel() == 0 || weight.numel() == 0 || input.numel() == 0) return out;
-  const at::Tensor mat = affine.contiguous();
+  const api::Tensor mat = api::contiguous(affine);
   Params p = make_affine_params(mat, weight.sizes().slice(2), D, order, bound, extrapolate);
   set_gather_source(p, input);
   set_point_tensor(p, weight, false);
@@ -361,61 +365,61 @@ at::Tensor affine_dot_impl(const at::Tensor& weight, const at::Tensor& input,
 // run_kernel<OP>(params, dtype, i32) (launches the kernel, throws on error).
 template <class Policy>
 struct Ops {
-  static at::Tensor grid_pull(const at::Tensor& input, const at::Tensor& grid,
-                              at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  static api::Tensor grid_pull(const api::Tensor& input, const api::Tensor& grid,
+                               api::IntArg order, api::IntArg bound, bool extrapolate) {
     return gather_impl<Policy, false>(input, grid, order, bound, extrapolate);
   }
 
-  static at::Tensor grid_grad(const at::Tensor& input, const at::Tensor& grid,
-                              at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  static api::Tensor grid_grad(const api::Tensor& input, const api::Tensor& grid,
+                               api::IntArg order, api::IntArg bound, bool extrapolate) {
     return gather_impl<Policy, true>(input, grid, order, bound, extrapolate);
   }
 
-  static at::Tensor grid_push(const at::Tensor& input, const at::Tensor& grid,
-                              at::IntArrayRef shape, at::IntArrayRef order, at::IntArrayRef bound,
-                              bool extrapolate) {
+  static api::Tensor grid_push(const api::Tensor& input, const api::Tensor& grid,
+                               api::IntArg shape, api::IntArg order, api::IntArg bound,
+                               bool extrapolate) {
     return scatter_impl<Policy, false>(input, grid, shape, order, bound, extrapolate);
   }
 
-  static at::Tensor grid_pushgrad(const at::Tensor& input, const at::Tensor& grid,
-                                  at::IntArrayRef shape, at::IntArrayRef order,
-                                  at::IntArrayRef bound, bool extrapolate) {
+  static api::Tensor grid_pushgrad(const api::Tensor& input, const api::Tensor& grid,
+                                   api::IntArg shape, api::IntArg order,
+                                   api::IntArg bound, bool extrapolate) {
     return scatter_impl<Policy, true>(input, grid, shape, order, bound, extrapolate);
   }
 
-  static at::Tensor grid_grad_dot(const at::Tensor& weight, const at::Tensor& input,
-                                  const at::Tensor& grid, at::IntArrayRef order,
-                                  at::IntArrayRef bound, bool extrapolate) {
+  static api::Tensor grid_grad_dot(const api::Tensor& weight, const api::Tensor& input,
+                                   const api::Tensor& grid, api::IntArg order,
+                                   api::IntArg bound, bool extrapolate) {
     return dot_impl<Policy, false>(weight, input, grid, order, bound, extrapolate);
   }
 
-  static at::Tensor grid_hess_dot(const at::Tensor& weight, const at::Tensor& input,
-                                  const at::Tensor& grid, at::IntArrayRef order,
-                                  at::IntArrayRef bound, bool extrapolate) {
+  static api::Tensor grid_hess_dot(const api::Tensor& weight, const api::Tensor& input,
+                                   const api::Tensor& grid, api::IntArg order,
+                                   api::IntArg bound, bool extrapolate) {
     return dot_impl<Policy, true>(weight, input, grid, order, bound, extrapolate);
   }
 
-  static std::tuple<at::Tensor, at::Tensor> grid_pull_backward(
-      const at::Tensor& grad, const at::Tensor& input, const at::Tensor& grid,
-      at::IntArrayRef order, at::IntArrayRef bound, bool extrapolate) {
+  static std::tuple<api::Tensor, api::Tensor> grid_pull_backward(
+      const api::Tensor& grad, const api::Tensor& input, const api::Tensor& grid,
+      api::IntArg order, api::IntArg bound, bool extrapolate) {
     return pullback_impl<Policy>(grad, input, grid, order, bound, extrapolate);
   }
 
-  static at::Tensor affine_pull(const at::Tensor& input, const at::Tensor& affine,
-                                at::IntArrayRef shape, at::IntArrayRef order,
-                                at::IntArrayRef bound, bool extrapolate) {
+  static api::Tensor affine_pull(const api::Tensor& input, const api::Tensor& affine,
+                                 api::IntArg shape, api::IntArg order,
+                                 api::IntArg bound, bool extrapolate) {
     return affine_pull_impl<Policy>(input, affine, shape, order, bound, extrapolate);
   }
 
-  static at::Tensor affine_push(const at::Tensor& input, const at::Tensor& affine,
-                                at::IntArrayRef shape, at::IntArrayRef order,
-                                at::IntArrayRef bound, bool extrapolate) {
+  static api::Tensor affine_push(const api::Tensor& input, const api::Tensor& affine,
+                                 api::IntArg shape, api::IntArg order,
+                                 api::IntArg bound, bool extrapolate) {
     return affine_push_impl<Policy>(input, affine, shape, order, bound, extrapolate);
   }
 
-  static at::Tensor affine_grad_dot(const at::Tensor& weight, const at::Tensor& input,
-                                    const at::Tensor& affine, at::IntArrayRef order,
-                                    at::IntArrayRef bound, bool extrapolate) {
+  static api::Tensor affine_grad_dot(const api::Tensor& weight, const api::Tensor& input,
+                                     const api::Tensor& affine, api::IntArg order,
+                                     api::IntArg bound, bool extrapolate) {
     return affine_dot_impl<Policy>(weight, input, affine, order, bound, extrapolate);
   }
 };

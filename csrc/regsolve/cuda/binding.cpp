@@ -1,14 +1,13 @@
-// The CUDA binding of regsolve (issue 31): the only CUDA file with torch headers, compiled by
-// the host compiler (no device code). The host logic is host.cuh (its checks shared with the
-// CPU ops: regsolve/host.h) with the CUDA policy; the kernels are torch-free libraries, one per
-// op and dtype ('regsolve.reg_matvec.float32.cuda', kernels.def), built by nvcc for the GPU
-// present the first time a call needs one. The launchers that host.cuh calls (params.cuh) are
-// defined here as calls into those libraries.
-#include <torch/library.h>
-
+// The CUDA binding of regsolve (issue 31): the only CUDA file with torch headers, compiled by the
+// host compiler (no device code). The host logic is host.cuh (its checks shared with the CPU ops:
+// regsolve/host.h) with the CUDA policy; the kernels are torch-free libraries, one per op and dtype
+// ('regsolve.reg_matvec.float32.cuda', kernels.def), built by nvcc for the GPU present the first
+// time a call needs one. The launchers that host.cuh calls (params.cuh) are defined here as calls
+// into those libraries.
 #include <atomic>
 
 #include "core/binding.h"
+#include "core/torch_api.h"
 #include "lines/cuda_policy.cuh"
 #include "regsolve/cuda/host.cuh"
 
@@ -48,9 +47,9 @@ cudaError_t relax(const Params& p, bool dbl, bool i32, cudaStream_t stream) {
 NJ_DEFINE_SET_TUNING()
 NJ_DEFINE_BINDING_EXPORTS()   // kernels bound by name, and the resolver (core/binding.h)
 
-TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
+NJ_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
   using Ops = nitorch_jit::regsolve::cuda::Ops<nitorch_jit::lines_cuda::CudaPolicy>;
-  m.impl("reg_matvec", &Ops::reg_matvec);
-  m.impl("reg_precond", &Ops::reg_precond);
-  m.impl("reg_relax_", &Ops::reg_relax_);
+  NJ_IMPL(m, "reg_matvec", &Ops::reg_matvec);
+  NJ_IMPL(m, "reg_precond", &Ops::reg_precond);
+  NJ_IMPL(m, "reg_relax_", &Ops::reg_relax_);
 }

@@ -1,6 +1,7 @@
 // CUDA regsolve ops, host side (docs/regsolve-spec.md): the CPU ops' checks and messages
 // (regsolve/host.h, shared), the tap list merged as the CPU ops merge it, then one launch per
-// op (per colour for reg_relax_). Templated on a Policy (lines/cuda_host.cuh:
+// op (per colour for reg_relax_), written on core/torch_api.h (the stable ABI or the classic
+// headers). Templated on a Policy (lines/cuda_host.cuh:
 // kDevice, on_device, Guard, stream, check, upload) so that the same code serves the CUDA
 // binding (binding.cpp) and the host emulation of the kernels
 // (tests/cuda/emu/regsolve_cuda_emu.cpp).
@@ -10,13 +11,11 @@
 // non-blocking copy from pinned memory on the current stream before the first launch.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/torch_api.h"
 #include "lines/cuda_host.cuh"
 #include "regsolve/cuda/params.cuh"
 #include "regsolve/host.h"
@@ -80,12 +79,12 @@ struct Ops {
   struct Call {
     Params p;
     lines_cuda::Staging stage;
-    at::Tensor scratch;
+    api::Tensor scratch;
     bool dbl = false, i32 = true;
 
-    Call(const host::Inputs& in, const at::Tensor& x, bool solves) {
+    Call(const host::Inputs& in, const api::Tensor& x, bool solves) {
       const host::Shape& s = in.s;
-      dbl = x.scalar_type() == at::kDouble;
+      dbl = x.scalar_type() == api::kDouble;
       p.D = s.D;
       p.C = static_cast<int>(s.C);
       p.B = s.B;
@@ -110,7 +109,7 @@ struct Ops {
       const size_t tsize = dbl ? sizeof(double) : sizeof(float);
       const int64_t ns = solves ? scratch_size(s.B * s.S, s.C, tsize) : 0;
       if (ns) {
-        scratch = at::empty({ns}, x.options());
+        scratch = api::empty(std::vector<int64_t>{ns}, x);
         p.scratch = scratch.data_ptr();
       }
       i32 = lines_cuda::allow_i32() && lines_cuda::fits32(x.numel()) &&
@@ -119,14 +118,13 @@ struct Ops {
     }
   };
 
-  static at::Tensor reg_matvec(const at::Tensor& x_, const std::optional<at::Tensor>& hessian,
-                               const std::optional<at::Tensor>& weights,
-                               at::ArrayRef<double> taps) {
+  static api::Tensor reg_matvec(const api::Tensor& x_, const api::OptTensor& hessian,
+                                const api::OptTensor& weights, api::FloatArg taps) {
     const host::Inputs in =
         host::prepare<Policy>(x_, hessian, weights, taps, "reg_matvec", "x");
     const typename Policy::Guard guard(x_.device());
-    const at::Tensor x = x_.contiguous();
-    at::Tensor out = at::empty(x.sizes(), x.options());
+    const api::Tensor x = api::contiguous(x_);
+    api::Tensor out = api::empty(x.sizes(), x);
     if (out.numel() == 0) return out;
     Call call(in, x, false);
     call.p.out = out.data_ptr();
@@ -135,14 +133,13 @@ struct Ops {
     return out;
   }
 
-  static at::Tensor reg_precond(const at::Tensor& r_, const std::optional<at::Tensor>& hessian,
-                                const std::optional<at::Tensor>& weights,
-                                at::ArrayRef<double> taps) {
+  static api::Tensor reg_precond(const api::Tensor& r_, const api::OptTensor& hessian,
+                                 const api::OptTensor& weights, api::FloatArg taps) {
     const host::Inputs in =
         host::prepare<Policy>(r_, hessian, weights, taps, "reg_precond", "r");
     const typename Policy::Guard guard(r_.device());
-    const at::Tensor r = r_.contiguous();
-    at::Tensor z = at::empty(r.sizes(), r.options());
+    const api::Tensor r = api::contiguous(r_);
+    api::Tensor z = api::empty(r.sizes(), r);
     if (z.numel() == 0) return z;
     Call call(in, r, true);
     call.p.out = z.data_ptr();
@@ -151,16 +148,17 @@ struct Ops {
     return z;
   }
 
-  static void reg_relax_(at::Tensor& x, const std::optional<at::Tensor>& hessian,
-                         const at::Tensor& gradient_, const std::optional<at::Tensor>& weights,
-                         at::ArrayRef<double> taps, at::IntArrayRef period, int64_t nb_iter) {
+  static void reg_relax_(api::Tensor& x, const api::OptTensor& hessian,
+                         const api::Tensor& gradient_, const api::OptTensor& weights,
+                         api::FloatArg taps, api::IntArg period, int64_t nb_iter) {
     const std::string op = "reg_relax_";
     const host::Inputs in = host::prepare<Policy>(x, hessian, weights, taps, op, "x");
     if (!host::check_relax<Policy>(in, x, gradient_, period, nb_iter, op)) return;
     const typename Policy::Guard guard(x.device());
     const host::Shape& s = in.s;
-    const at::Tensor g = gradient_.contiguous();
-    at::Tensor xc = x.is_contiguous() ? x : x.contiguous();  // work on a copy, copied back
+    const api::Tensor g = api::contiguous(gradient_);
+    const bool copied = !x.is_contiguous();  // work on a contiguous copy, copied back
+    api::Tensor xc = copied ? api::contiguous(x) : x;
     Call call(in, xc, true);
     Params& p = call.p;
     p.out = xc.data_ptr();
@@ -180,7 +178,7 @@ struct Ops {
         set_boxes(p, col, per);  // the colour's voxels only
         if (p.work) Policy::check(relax(p, call.dbl, call.i32, Policy::stream()));
       }
-    if (!xc.is_same(x)) x.copy_(xc);
+    if (copied) api::copy_(x, xc);
   }
 };
 

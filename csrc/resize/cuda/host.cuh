@@ -1,6 +1,7 @@
 // CUDA resize ops, host side (docs/splinc-resize-spec.md): the CPU ops' checks and messages,
 // the same passes in the same order with the same tap tables (resize/tables.h),
-// then one launch per step. Templated on a Policy (lines/cuda_host.cuh) so that
+// then one launch per step, written on core/torch_api.h (the stable ABI or the classic
+// headers). Templated on a Policy (lines/cuda_host.cuh) so that
 // the same code serves the CUDA binding (binding.cpp) and the host emulation of the kernels
 // (tests/cuda/emu/lines_cuda_emu.cpp).
 //
@@ -11,13 +12,11 @@
 // Every table and plan of the call goes to the device in one copy before the first launch.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "core/torch_api.h"
 #include "lines/checks.h"
 #include "lines/cuda_host.cuh"
 #include "resize/tables.h"
@@ -33,8 +32,8 @@ struct StepConsts {
 };
 
 template <typename T>
-StepConsts stage_step(bool adj, const Step& st, at::IntArrayRef order, at::IntArrayRef bound,
-                      at::ArrayRef<double> scale, at::ArrayRef<double> shift,
+StepConsts stage_step(bool adj, const Step& st, api::IntRef order, api::IntRef bound,
+                      const api::FloatArg& scale, const api::FloatArg& shift,
                       lines_cuda::Staging& stage) {
   const Table<T> tab =
       step_table<T>(adj, st, (int)order[st.i], (int)bound[st.i], scale[st.i], shift[st.i]);
@@ -46,38 +45,45 @@ StepConsts stage_step(bool adj, const Step& st, at::IntArrayRef order, at::IntAr
   return c;
 }
 
+// A contiguous copy of t (its own memory).
+inline api::Tensor contiguous_copy(const api::Tensor& t) {
+  api::Tensor out = api::empty(t.sizes(), t);
+  api::copy_(out, t);
+  return out;
+}
+
 // One gather along dim d: src [outer, lin, inner] -> dst [outer, lout, inner], contiguous.
 template <class Policy>
-void gather_dim(const at::Tensor& src, const at::Tensor& dst, int64_t d, const int32_t* idx,
+void gather_dim(const api::Tensor& src, const api::Tensor& dst, int64_t d, const int32_t* idx,
                 const void* w, int K) {
   int64_t outer, inner;
   lines_cuda::outer_inner(dst, d, outer, inner);
   const bool i32 =
       lines_cuda::fits32(src.numel()) && lines_cuda::fits32(dst.numel()) && lines_cuda::allow_i32();
   Policy::check(lines_cuda::gather(src.const_data_ptr(), dst.data_ptr(),
-                                   src.scalar_type() == at::kDouble, outer, src.size(d),
+                                   src.scalar_type() == api::kDouble, outer, src.size(d),
                                    dst.size(d), inner, idx, w, K, i32, Policy::stream()));
 }
 
 // resize (ADJ false) and resize_adjoint (ADJ true); see resize/cpu/binding.cpp, resample.cpp.
 template <class Policy, bool ADJ>
-at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<double> scale,
-               at::ArrayRef<double> shift, at::IntArrayRef order, at::IntArrayRef bound,
-               bool prefilter) {
+api::Tensor run(const api::Tensor& input, api::IntRef shape, const api::FloatArg& scale,
+                const api::FloatArg& shift, api::IntRef order, api::IntRef bound,
+                bool prefilter) {
   lines::check_resize_args(input, shape, scale, shift, order, bound, Policy::on_device(input),
                            Policy::kDevice, ADJ ? "resize_adjoint" : "resize");
   const typename Policy::Guard guard(input.device());
   const int64_t D = static_cast<int64_t>(shape.size());
   const int64_t off = input.dim() - D;
   std::vector<int64_t> sizes(input.sizes().begin(), input.sizes().end());
-  const bool dbl = input.scalar_type() == at::kDouble;
+  const bool dbl = input.scalar_type() == api::kDouble;
   const std::vector<Step> steps =
       plan_steps(ADJ, D, sizes.data() + off, shape.data(), scale.data(), shift.data(),
                  order.data(), bound.data(), prefilter, dbl);
-  if (steps.empty()) return input.clone(at::MemoryFormat::Contiguous);
+  if (steps.empty()) return contiguous_copy(input);
   if (input.numel() == 0) {  // empty batch: nothing to compute
     for (int64_t i = 0; i < D; ++i) sizes[off + i] = shape[i];
-    return at::empty(sizes, input.options());
+    return api::empty(sizes, input);
   }
   lines_cuda::Staging stage;
   std::vector<StepConsts> consts;
@@ -86,20 +92,21 @@ at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<doub
     consts.push_back(dbl ? stage_step<double>(ADJ, st, order, bound, scale, shift, stage)
                          : stage_step<float>(ADJ, st, order, bound, scale, shift, stage));
   stage.upload<Policy>(input);
-  at::Tensor cur = input.contiguous();
-  bool owned = !cur.is_same(input);  // may cur be filtered in place?
+  // may cur be filtered in place? (contiguous() returns the input itself when it is)
+  bool owned = !input.is_contiguous();
+  api::Tensor cur = api::contiguous(input);
   for (size_t s = 0; s < steps.size(); ++s) {
     const Step& st = steps[s];
     const StepConsts& c = consts[s];
     const int64_t d = off + st.i;
     const splinc::LinePlan* plan = stage.at<splinc::LinePlan>(c.plan);
     if (!ADJ && st.filt) {
-      if (!owned) cur = cur.clone(at::MemoryFormat::Contiguous);
+      if (!owned) cur = contiguous_copy(cur);
       owned = true;
       lines_cuda::filter_dim<Policy>(cur, d, plan);
     }
     sizes[d] = st.lout;
-    at::Tensor next = at::empty(sizes, input.options());
+    api::Tensor next = api::empty(sizes, input);
     gather_dim<Policy>(cur, next, d, stage.at<int32_t>(c.idx), stage.at<uint8_t>(c.w), c.K);
     if (ADJ && st.filt) lines_cuda::filter_dim<Policy>(next, d, plan);
     cur = next;
@@ -110,15 +117,14 @@ at::Tensor run(const at::Tensor& input, at::IntArrayRef shape, at::ArrayRef<doub
 
 template <class Policy>
 struct Ops {
-  static at::Tensor resize(const at::Tensor& input, at::IntArrayRef shape,
-                           at::ArrayRef<double> scale, at::ArrayRef<double> shift,
-                           at::IntArrayRef order, at::IntArrayRef bound, bool prefilter) {
+  static api::Tensor resize(const api::Tensor& input, api::IntArg shape, api::FloatArg scale,
+                            api::FloatArg shift, api::IntArg order, api::IntArg bound,
+                            bool prefilter) {
     return run<Policy, false>(input, shape, scale, shift, order, bound, prefilter);
   }
-  static at::Tensor resize_adjoint(const at::Tensor& input, at::IntArrayRef shape,
-                                   at::ArrayRef<double> scale, at::ArrayRef<double> shift,
-                                   at::IntArrayRef order, at::IntArrayRef bound,
-                                   bool prefilter) {
+  static api::Tensor resize_adjoint(const api::Tensor& input, api::IntArg shape,
+                                    api::FloatArg scale, api::FloatArg shift, api::IntArg order,
+                                    api::IntArg bound, bool prefilter) {
     return run<Policy, true>(input, shape, scale, shift, order, bound, prefilter);
   }
 };

@@ -1,10 +1,10 @@
 // The CUDA binding of splinc (issue 31): the only CUDA file with torch headers, compiled by the
-// host compiler (no device code). The host logic is host.cuh with the CUDA policy (current
-// device and stream); the line kernels are torch-free libraries, one per launcher and dtype
-// ('splinc.filter.float32.cuda', kernels.def), built by nvcc for the GPU present the first time a
-// call needs one.
-#include <torch/library.h>
-
+// host compiler (no device code), on the stable ABI or the classic headers (core/torch_api.h,
+// core/torch_api_cuda.h) from this one source. The host logic is host.cuh with the CUDA policy
+// (current device and stream); the line kernels are torch-free libraries, one per launcher and
+// dtype ('splinc.filter.float32.cuda', kernels.def), built by nvcc for the GPU present the first
+// time a call needs one.
+#include "core/torch_api.h"
 #include "lines/cuda_binding.h"
 #include "lines/cuda_policy.cuh"
 #include "splinc/cuda/host.cuh"
@@ -14,8 +14,8 @@ NJ_LINES_FILTER_FROM(splinc)
 NJ_DEFINE_SET_TUNING()
 NJ_DEFINE_BINDING_EXPORTS()   // kernels bound by name, and the resolver (core/binding.h)
 
-TORCH_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
+NJ_LIBRARY_IMPL(nitorch_jit, CUDA, m) {
   using Ops = nitorch_jit::splinc::cuda::Ops<nitorch_jit::lines_cuda::CudaPolicy>;
-  m.impl("spline_coeff_nd", &Ops::spline_coeff_nd);
-  m.impl("spline_coeff_nd_", &Ops::spline_coeff_nd_);
+  NJ_IMPL(m, "spline_coeff_nd", &Ops::spline_coeff_nd);
+  NJ_IMPL(m, "spline_coeff_nd_", &Ops::spline_coeff_nd_);
 }

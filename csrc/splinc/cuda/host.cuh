@@ -1,5 +1,6 @@
 // CUDA splinc ops, host side (docs/splinc-resize-spec.md): the CPU ops' checks and messages,
-// the plans, the launches. Templated on a Policy (lines/cuda_host.cuh) so that
+// the plans, the launches, written on core/torch_api.h (the stable ABI or the classic
+// headers). Templated on a Policy (lines/cuda_host.cuh) so that
 // the same code serves the CUDA binding (binding.cpp) and the host emulation of the
 // kernels (tests/cuda/emu/lines_cuda_emu.cpp).
 //
@@ -9,11 +10,9 @@
 // copy before the first launch.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-
 #include <vector>
 
+#include "core/torch_api.h"
 #include "lines/checks.h"
 #include "lines/cuda_host.cuh"
 #include "lines/filter.h"
@@ -24,10 +23,10 @@ namespace cuda {
 
 // Filter the contiguous tensor x in place along each dim (identity dims skipped).
 template <class Policy>
-void apply(const at::Tensor& x, at::IntArrayRef order, at::IntArrayRef bound,
-           at::IntArrayRef dim, bool adjoint) {
+void apply(const api::Tensor& x, api::IntRef order, api::IntRef bound, api::IntRef dim,
+           bool adjoint) {
   if (x.numel() == 0) return;
-  const bool dbl = x.scalar_type() == at::kDouble;
+  const bool dbl = x.scalar_type() == api::kDouble;
   std::vector<int64_t> dims;
   std::vector<size_t> offs;
   lines_cuda::Staging stage;
@@ -45,19 +44,19 @@ void apply(const at::Tensor& x, at::IntArrayRef order, at::IntArrayRef bound,
 
 template <class Policy>
 struct Ops {
-  static at::Tensor spline_coeff_nd(const at::Tensor& input, at::IntArrayRef order,
-                                    at::IntArrayRef bound, at::IntArrayRef dim, bool adjoint) {
+  static api::Tensor spline_coeff_nd(const api::Tensor& input, api::IntArg order,
+                                     api::IntArg bound, api::IntArg dim, bool adjoint) {
     lines::check_splinc_args(input, order, bound, dim, Policy::on_device(input), Policy::kDevice,
                              "spline_coeff_nd");
     const typename Policy::Guard guard(input.device());
-    at::Tensor out = at::empty(input.sizes(), input.options());  // contiguous
-    out.copy_(input);
+    api::Tensor out = api::empty(input.sizes(), input);  // contiguous
+    api::copy_(out, input);
     apply<Policy>(out, order, bound, dim, adjoint);
     return out;
   }
 
-  static void spline_coeff_nd_(const at::Tensor& input, at::IntArrayRef order,
-                               at::IntArrayRef bound, at::IntArrayRef dim, bool adjoint) {
+  static void spline_coeff_nd_(const api::Tensor& input, api::IntArg order, api::IntArg bound,
+                               api::IntArg dim, bool adjoint) {
     lines::check_splinc_args(input, order, bound, dim, Policy::on_device(input), Policy::kDevice,
                              "spline_coeff_nd_");
     lines::check_not_expanded(input);
@@ -66,9 +65,10 @@ struct Ops {
       apply<Policy>(input, order, bound, dim, adjoint);
       return;
     }
-    at::Tensor work = input.contiguous();
+    api::Tensor work = api::contiguous(input);
     apply<Policy>(work, order, bound, dim, adjoint);
-    input.copy_(work);
+    api::Tensor dst = input;  // a handle on the same tensor
+    api::copy_(dst, work);
   }
 };
 
