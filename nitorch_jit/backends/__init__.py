@@ -298,10 +298,11 @@ def _prefetch(module, device_type, kernel):
     except BackendError:
         return  # ensure() says why
     ops, dtype, order = kernel
-    for op in ops if isinstance(ops, (tuple, list)) else (ops,):
-        name = op if isinstance(op, str) else op.__name__.split(".")[0]  # an op of torch.ops
-        compiled.prefetch(module, device_type,
-                          compiled.likely_kernel(module, device_type, name, dtype, order))
+    names = [op if isinstance(op, str) else op.__name__.split(".")[0]  # an op of torch.ops
+             for op in (ops if isinstance(ops, (tuple, list)) else (ops,))]
+    compiled.prefetch(module, device_type,
+                      [compiled.likely_kernel(module, device_type, name, dtype, order)
+                       for name in names])
 
 
 def status():

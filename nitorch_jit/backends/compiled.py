@@ -47,6 +47,7 @@ BINDINGS = {("pushpull", "cpu"): "binding.cpp", ("regsolve", "cpu"): "binding.cp
 # the kernel tables: csrc/<module>/<device>/kernels.def, read here and by the C++ (variants.h)
 _KERNEL_OP = re.compile(r"^NJ_KERNEL_OP\((\w+),\s*(\w+),\s*(0b[01]+|\d+)\)", re.MULTILINE)
 _FLOAT64_FAST = re.compile(r"^NJ_FLOAT64_FAST\((0b[01]+|\d+)\)", re.MULTILINE)
+_KERNEL_WITH = re.compile(r"^NJ_KERNEL_WITH\((\w+),\s*(\w+)\)", re.MULTILINE)
 _CUDA_KERNEL = re.compile(r"^NJ_CUDA_KERNEL\((\w+),\s*(\w+),\s*(\w+),\s*(0b[01]+|\d+)\)",
                           re.MULTILINE)
 # dtype names of kernel specialisations -> the C type the kernel is compiled for
@@ -68,6 +69,34 @@ def kernel_table(module, device_type):
     ops = {op: (f"{unit}.cpp", int(mask, 0)) for op, unit, mask in _KERNEL_OP.findall(text)}
     f64 = _FLOAT64_FAST.findall(text)
     return ops, int(f64[0], 0) if f64 else 0
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_companions(module, device_type):
+    """The ops whose kernel library also holds others, from kernels.def (``NJ_KERNEL_WITH``):
+    a dict op -> tuple of the ops its library holds besides it (reg_precond's and reg_relax_'s
+    hold reg_matvec, which their calls run too). Only between ops of one translation unit
+    without fast paths (a library is one compile of one unit, with one variant).
+
+    Examples
+    --------
+    >>> from nitorch_jit.backends import compiled
+    >>> compiled.kernel_companions("regsolve", "cpu")["reg_precond"]
+    ('reg_matvec',)
+    """
+    path = CSRC / module / device_type / "kernels.def"
+    if not path.is_file():
+        return {}
+    ops = kernel_table(module, device_type)[0]
+    with_ = {}
+    for op, other in _KERNEL_WITH.findall(path.read_text()):
+        if op not in ops or other not in ops or other == op or ops[op][0] != ops[other][0] \
+                or ops[op][1] or ops[other][1]:
+            raise BackendError(f"{path}: NJ_KERNEL_WITH({op}, {other}): expected two ops of "
+                               f"NJ_KERNEL_OP in one translation unit, without fast paths")
+        with_.setdefault(op, ())
+        with_[op] += (other,)
+    return with_
 
 
 @functools.lru_cache(maxsize=None)
@@ -208,14 +237,16 @@ def kernel_spec(name, device_type=None, archs=None):
     if device_type == "cuda":
         return _cuda_kernel_spec(module, op, dtype, archs)
     source = kernel_table(module, device_type)[0][op][0]
-    flags = ["-O3", "-std=c++17", "-DNJ_KERNEL_LIB", f"-DNJ_KERNEL_{op}",
-             f"-DNJ_KERNEL_T={KERNEL_DTYPES[dtype]}"]
+    held = kernel_companions(module, device_type).get(op, ())
+    flags = ["-O3", "-std=c++17", "-DNJ_KERNEL_LIB", f"-DNJ_KERNEL_{op}"] \
+        + [f"-DNJ_KERNEL_{other}" for other in held] + [f"-DNJ_KERNEL_T={KERNEL_DTYPES[dtype]}"]
+    ops = " and ".join((op,) + held)
     if variant == "all":  # no NJ_KERNEL_ORDER: every variant, chosen per call
         what = f"{op} for {dtype} (every path, {device_type.upper()})"
     elif variant == "any":
         flags.append("-DNJ_KERNEL_ORDER=-1")
         generic = "generic path, " if kernel_table(module, device_type)[0][op][1] else ""
-        what = f"{op} for {dtype} ({generic}{device_type.upper()})"
+        what = f"{ops} for {dtype} ({generic}{device_type.upper()})"
     else:
         order, dim = int(variant[1]), int(variant[3])
         flags += [f"-DNJ_KERNEL_ORDER={order}", f"-DNJ_KERNEL_DIM={dim}"]
@@ -415,29 +446,47 @@ def likely_kernel(module, device_type, op, dtype, order):
     return f"{module}.{op}.{dt}.any"
 
 
-def prefetch(module, device_type, name):
-    """Start building kernel `name` in a thread, when the binding of `module` is not loaded yet
-    (its build runs meanwhile): a cold first call waits for the longer of the two, not their
-    sum. Returns the thread, or None when there is nothing to do."""
-    if name is None or (module, device_type) not in BINDINGS:
-        return None
-    with _RESOLVE_LOCK:
-        if name in _PREFETCHED:
-            return None
-        _PREFETCHED.add(name)
+def prefetch(module, device_type, names):
+    """Start building the kernels `names` (a list; None entries are skipped), a thread each,
+    when the binding of `module` is not loaded yet (its build runs meanwhile): a cold first call
+    waits for the longest of them, not their sum. A name that the library of another of `names`
+    holds (``kernel_companions``) is not built on its own: the call finds it in that library.
+    Returns the threads started."""
+    if (module, device_type) not in BINDINGS:
+        return []
+    names = [n for n in dict.fromkeys(names) if n is not None]
+    names = [n for n in names if not any(_holds(other, n) for other in names)]
+    threads = []
+    for name in names:
+        with _RESOLVE_LOCK:
+            if name in _PREFETCHED:
+                continue
+            _PREFETCHED.add(name)
 
-    def build():
-        try:
-            _kernel_library(name, device_type)
-        except BUILD_ERRORS:
-            pass  # the call that needs it builds it again and says why
+        def build(name=name):
+            try:
+                _kernel_library(name, device_type)
+            except BUILD_ERRORS:
+                pass  # the call that needs it builds it again and says why
 
-    thread = threading.Thread(target=build, name=f"nitorch_jit prefetch {name}", daemon=True)
-    thread.start()
-    return thread
+        thread = threading.Thread(target=build, name=f"nitorch_jit prefetch {name}",
+                                  daemon=True)
+        thread.start()
+        threads.append(thread)
+    return threads
 
 
-_PREFETCHED = set()
+def _holds(carrier, name):
+    """Whether the library of kernel `carrier` holds kernel `name` too (a CPU kernel of the
+    same module, dtype and variant that kernels.def lists with it)."""
+    cm, cop, cdt, cvar = carrier.split(".")
+    m, op, dt, var = name.split(".")
+    return (cm, cdt, cvar) == (m, dt, var) and var != "cuda" \
+        and op in kernel_companions(m, "cpu").get(cop, ())
+
+
+_PREFETCHED = set()  # kernels whose build a first call started (compiled.prefetch)
+_HELD = set()        # kernels whose library this process has loaded
 _RESOLVE_LOCK = threading.Lock()
 _BINDINGS = {}   # binding path -> its ctypes handle (kept open), for load_kernel
 _RESOLVERS = {}  # binding path -> the ctypes callback it holds (kept alive)
@@ -454,17 +503,37 @@ def load_kernel(binding, name, device_type=None, archs=None):
 
 
 def _kernel_library(name, device_type=None, archs=None):
-    """Load the library that serves kernel `name`: a prebuilt bundle of it if one is cached
-    (nothing is built for a bundle here), else its own library, built if needed."""
+    """Load the library that serves kernel `name`, building nothing that a cached library
+    already holds: the library of another kernel that holds it (``kernel_companions``) where
+    this process has loaded or started building that one (waiting for its build); else a
+    cached library that holds it: a prebuilt bundle, its own, or another kernel's; else its
+    own library, built."""
+    with _RESOLVE_LOCK:
+        carrier = next((c for c in sorted(_HELD | _PREFETCHED) if _holds(c, name)), None)
+    if carrier is not None:
+        return _kernel_library(carrier, device_type, archs)
     bundle = bundle_of(name)
-    if bundle != name:
+    for other in dict.fromkeys([bundle, name] + _carriers(name)):
         try:
-            path = jit.load(kernel_spec(bundle, device_type), build=False)
+            path = jit.load(kernel_spec(other, device_type, archs), build=False)
         except BUILD_ERRORS:
-            path = None  # a bundle that does not load: the call's own library serves it
+            path = None  # one that does not load: the call's own library serves it
         if path is not None:
-            return path
-    return jit.load(kernel_spec(name, device_type, archs))
+            break
+    else:
+        other, path = name, jit.load(kernel_spec(name, device_type, archs))
+    with _RESOLVE_LOCK:
+        _HELD.add(other)
+    return path
+
+
+def _carriers(name):
+    """The kernels whose libraries hold kernel `name` besides their own op."""
+    module, op, dtype, variant = name.split(".")
+    if variant == "cuda":
+        return []
+    return [f"{module}.{other}.{dtype}.{variant}"
+            for other, held in kernel_companions(module, "cpu").items() if op in held]
 
 
 _RESOLVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,

@@ -276,9 +276,14 @@ def _check_optim(optim):
 def _solve(p, gradient, method, **opts):
     """Run `method` on the normalised problem `p` (gradient in p.x) with implicit autograd."""
     p.check_device(("hessian", p.hessian), ("weights", p.weights))
-    # the kernels the method runs, built beside the binding on a first call
+    # the kernels the method runs, built beside the binding on a first call (full multigrid
+    # smooths with its `optim`)
+    iterative = opts["optim"] if method == "fmg" else method
     ops = ("reg_precond",) if method == "closedform" or not p.spatial else \
-        ("reg_precond", "reg_matvec") if method == "cg" else ("reg_relax_", "reg_matvec")
+        ("reg_precond", "reg_matvec") if iterative == "cg" else ("reg_relax_", "reg_matvec")
+    if method == "fmg" and p.spatial:  # its restrictions and prolongations: resize's module
+        backends.ensure_eager("resize", p.x.device,
+                              (("resize_adjoint", "resize"), p.x.dtype, [1] * len(p.shape)))
     backends.ensure_eager("regsolve", p.x.device, (ops, p.x.dtype, ()))
     g = p.x.contiguous()
     absolute_only = not p.spatial or method == "closedform"

@@ -34,6 +34,11 @@ if op == 'grid_pull':
     y = nj.grid_pull(x, g, order, 'dct2')
 elif op == 'grid_push':
     y = nj.grid_push(torch.randn(1, 2, *[5] * dim, dtype=x.dtype), g, [7] * dim, order, 'dct2')
+elif op in ('cg', 'relax'):  # a solver (order: unused)
+    y = nj.solve_field(torch.rand(1, 1, *[7] * dim, dtype=x.dtype) + 1, x, membrane=0.1,
+                       optim=op)
+elif op == 'regulariser':
+    y = nj.regulariser(x, membrane=0.1)
 elif op == 'raw_grad':  # the op itself, without the front end: the binding asks for its kernel
     from nitorch_jit import backends
     backends.ensure('pushpull', 'cpu')
@@ -65,8 +70,8 @@ def entries(root):
     return out
 
 
-def kernels(root):
-    return sorted(n.split("-cpu-")[0] for n in entries(root) if n.startswith("pushpull."))
+def kernels(root, module="pushpull"):
+    return sorted(n.split("-cpu-")[0] for n in entries(root) if n.startswith(f"{module}."))
 
 
 def bindings(root):
@@ -196,3 +201,24 @@ def test_classic_binding_from_the_same_source(tmp_path):
     assert {n.split("-cpu-")[1] for n in entries(stable_root) if n.startswith("pushpull.")} == \
         {n.split("-cpu-")[1] for n in entries(classic_root) if n.startswith("pushpull.")}
     assert bindings(stable_root) != bindings(classic_root)
+
+
+def test_a_solver_builds_one_kernel_library_that_holds_the_matvec(tmp_path):
+    # CG runs reg_precond and reg_matvec, relaxation reg_relax_ and reg_matvec: the library of
+    # the first holds the second too (kernels.def NJ_KERNEL_WITH), so a first call builds one
+    # kernel library beside the binding, and a later call of the matvec alone builds nothing
+    twin = {op: result(run(tmp_path / "twin", op, 3, 0, "f64", env={"NI_COMPILED_BACKEND":
+                                                                     "TORCH"}))["sum"]
+            for op in ("cg", "relax", "regulariser")}
+    proc = run(tmp_path, "cg", 3, 0, "f64")
+    assert result(proc)["sum"] == pytest.approx(twin["cg"], rel=1e-10)
+    assert kernels(tmp_path, "regsolve") == ["regsolve.reg_precond.float64.any"], proc.stderr
+    assert "compiling reg_precond and reg_matvec for float64" in proc.stderr
+    proc = run(tmp_path, "regulariser", 3, 0, "f64")
+    assert result(proc)["sum"] == pytest.approx(twin["regulariser"], rel=1e-10)
+    assert "compiling" not in proc.stderr
+    proc = run(tmp_path, "relax", 3, 0, "f64")
+    assert result(proc)["sum"] == pytest.approx(twin["relax"], rel=1e-10)
+    assert kernels(tmp_path, "regsolve") == ["regsolve.reg_precond.float64.any",
+                                             "regsolve.reg_relax_.float64.any"], proc.stderr
+    assert proc.stderr.count("compiling") == 1, proc.stderr

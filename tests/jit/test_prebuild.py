@@ -321,3 +321,32 @@ def test_the_prebuild_bundles_cover_every_kernel():
     assert compiled.bundle_of("pushpull.grid_pull.float64.o3d2") == "pushpull.grid_pull.float64.all"
     with pytest.raises(compiled.BackendError, match="bundle_names"):
         compiled.kernel_spec("pushpull.grid_hess_dot.float32.all")
+
+
+def test_a_kernel_library_holds_the_ops_kernels_def_names_with_it(tmp_path, monkeypatch):
+    """NJ_KERNEL_WITH: reg_precond's and reg_relax_'s libraries hold reg_matvec (their calls
+    run it too), compiled with its define; a pairing that one compile cannot hold (another
+    translation unit, a fast path) is refused, naming the line."""
+    assert compiled.kernel_companions("regsolve", "cpu") == {
+        "reg_precond": ("reg_matvec",), "reg_relax_": ("reg_matvec",)}
+    spec = compiled.kernel_spec("regsolve.reg_relax_.float64.any")
+    assert {"-DNJ_KERNEL_reg_relax_", "-DNJ_KERNEL_reg_matvec"} <= set(spec.cflags)
+    assert spec.label == "reg_relax_ and reg_matvec for float64 (CPU)"
+    assert "-DNJ_KERNEL_reg_precond" not in compiled.kernel_spec(
+        "regsolve.reg_matvec.float32.any").cflags
+    assert compiled.kernel_companions("pushpull", "cpu") == {}
+    # a first call that runs both asks for one library, and builds nothing for the matvec
+    assert compiled._holds("regsolve.reg_precond.float32.any", "regsolve.reg_matvec.float32.any")
+    assert not compiled._holds("regsolve.reg_precond.float64.any",
+                               "regsolve.reg_matvec.float32.any")
+    assert not compiled._holds("regsolve.reg_matvec.float32.any",
+                               "regsolve.reg_precond.float32.any")
+    for line in ("NJ_KERNEL_WITH(a, c)", "NJ_KERNEL_WITH(a, b)", "NJ_KERNEL_WITH(a, a)"):
+        folder = tmp_path / line[15:19].replace(", ", "_") / "cpu"
+        folder.mkdir(parents=True)
+        (folder / "kernels.def").write_text(
+            "NJ_KERNEL_OP(a, one, 0b0)\nNJ_KERNEL_OP(b, one, 0b1)\nNJ_KERNEL_OP(c, two, 0b0)\n"
+            + line + "\n")
+        monkeypatch.setattr(compiled, "CSRC", tmp_path)
+        with pytest.raises(compiled.BackendError, match=r"NJ_KERNEL_WITH\(a, [abc]\)"):
+            compiled.kernel_companions(folder.parent.name, "cpu")

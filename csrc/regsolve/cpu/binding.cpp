@@ -1,7 +1,7 @@
 // The CPU ops of module "regsolve" (docs/regsolve-spec.md) as torch sees them: the binding
 // (issue 31). It checks the arguments (regsolve/host.h, shared with CUDA), makes the outputs
 // (core/host_output.h), fills a Call (call.h) and runs the kernel of the op and dtype from its
-// torch-free kernel library (matvec.cpp, relax.cpp), found by name (core/binding.h). The only
+// torch-free kernel library (kernels.cpp), found by name (core/binding.h). The only
 // translation unit of the module that includes torch headers: a torch upgrade rebuilds it
 // alone. Written on core/torch_api.h: built on the LibTorch stable ABI where torch has what it
 // needs (NJ_STABLE_ABI), else on the classic headers, from this one source.

@@ -24,8 +24,8 @@
 // per-point code the CUDA kernels share (a test of it).
 //
 // Torch-free (issue 31): the binding (binding.cpp) checks the arguments (regsolve/host.h,
-// shared with the CUDA ops) and calls the kernel libraries (matvec.cpp, relax.cpp: one per op
-// and dtype) through core/host.h. Its parts, cut by concern: plan.h (the plan of a call:
+// shared with the CUDA ops) and calls the kernel libraries (kernels.cpp: one per op and dtype,
+// kernels.def) through core/host.h. Its parts, cut by concern: plan.h (the plan of a call:
 // the border classes along an axis, the merged and tabulated taps with their fold tables and
 // per-call row offsets (Plan, make_plan), the contiguous data of one call (Op) and the
 // per-thread lists of a border row's taps (Scratch)), lanes.h (vector lanes), matvec.h

@@ -1,7 +1,10 @@
-// reg_relax_ on CPU (docs/regsolve-spec.md): the kernel, torch-free (plan.h says how it
-// works). A kernel library holds it for one dtype (NJ_KERNEL_reg_relax_, NJ_KERNEL_T: see
-// nitorch_jit/backends/compiled.py); the binding (binding.cpp) checks the arguments, hands it x
-// contiguous and apart from the other inputs, and calls it through core/host.h.
+// The regsolve kernels on CPU (docs/regsolve-spec.md), torch-free: reg_matvec, reg_precond and
+// reg_relax_ (plan.h says how they work; matvec.h and relax.h hold their parts). A kernel
+// library holds, for one dtype (NJ_KERNEL_T), the ops its defines name (NJ_KERNEL_<op>): one op,
+// and the ops kernels.def says its library also holds (NJ_KERNEL_WITH: reg_precond's and
+// reg_relax_'s hold reg_matvec, which every call of theirs runs too; one library parses and
+// instantiates the shared code once). See nitorch_jit/backends/compiled.py. The binding
+// (binding.cpp) checks the arguments, makes the output and calls them through core/host.h.
 #include <algorithm>
 #include <vector>
 
@@ -10,19 +13,48 @@
 #include "regsolve/cpu/call.h"
 #include "regsolve/cpu/matvec.h"
 #include "regsolve/cpu/plan.h"
-#include "regsolve/cpu/relax.h"
+#if defined(NJ_KERNEL_reg_relax_)
+#include "regsolve/cpu/relax.h"  // <thread> and the waves: parsed only where relax is built
+#endif
 
 namespace nitorch_jit {
 namespace regsolve {
 namespace cpu {
 namespace {
 
+template <typename T>
+Op<T> make_op(const Plan<T>& P, const Call& c, const T* x) {
+  return Op<T>{P, c.s, x, static_cast<const T*>(c.w), c.wc, static_cast<const T*>(c.h), c.K,
+               use_avx2(), generic_requested()};
+}
+
+std::vector<Tap<double>> taps_of(const Call& c) {
+  return std::vector<Tap<double>>(c.taps, c.taps + c.ntaps);
+}
+
+#if defined(NJ_KERNEL_reg_matvec)
+template <typename T>
+void reg_matvec(const Call& c) {
+  const Plan<T> P = make_plan<T>(taps_of(c), c.s, c.w != nullptr);
+  matvec_kernel<T>(make_op<T>(P, c, static_cast<const T*>(c.x)), static_cast<T*>(c.out));
+}
+#endif
+
+#if defined(NJ_KERNEL_reg_precond)
+template <typename T>
+void reg_precond(const Call& c) {
+  const Plan<T> P = make_plan<T>(taps_of(c), c.s, c.w != nullptr, 1, c.h == nullptr);
+  const T* r = static_cast<const T*>(c.x);
+  precond_kernel<T>(make_op<T>(P, c, r), r, static_cast<T*>(c.out));
+}
+#endif
+
 #if defined(NJ_KERNEL_reg_relax_)
 template <typename T>
 void reg_relax_(const Call& c) {
   const Shape& s = c.s;
   const int64_t nb_iter = c.nb_iter;
-  const std::vector<Tap<double>> taps(c.taps, c.taps + c.ntaps);
+  const std::vector<Tap<double>> taps = taps_of(c);
   int64_t per[kMaxDim] = {1, 1, 1}, ncol = 1;
   for (int d = 0; d < s.D; ++d) {
     per[d] = c.period[d];
@@ -87,6 +119,14 @@ void reg_relax_(const Call& c) {
 }  // namespace regsolve
 }  // namespace nitorch_jit
 
+#if defined(NJ_KERNEL_reg_matvec)
+NJ_KERNEL_ENTRY(regsolve_reg_matvec, nitorch_jit::regsolve::cpu::Call,
+                nitorch_jit::regsolve::cpu::reg_matvec<NJ_KERNEL_T>(call))
+#endif
+#if defined(NJ_KERNEL_reg_precond)
+NJ_KERNEL_ENTRY(regsolve_reg_precond, nitorch_jit::regsolve::cpu::Call,
+                nitorch_jit::regsolve::cpu::reg_precond<NJ_KERNEL_T>(call))
+#endif
 #if defined(NJ_KERNEL_reg_relax_)
 NJ_KERNEL_ENTRY(regsolve_reg_relax_, nitorch_jit::regsolve::cpu::Call,
                 nitorch_jit::regsolve::cpu::reg_relax_<NJ_KERNEL_T>(call))
