@@ -3,10 +3,6 @@
 // baseline build (16-byte vectors) and an AVX2 one (32-byte), chosen at run time (use_avx2).
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
-
 #include <cstdint>
 
 #include "core/tuning.h"
@@ -114,7 +110,8 @@ NJ_RS_INLINE void sum_taps_vec(T* o, int64_t cnt, const T* base, const int64_t* 
 
 // Lane-wise sqrt (the lanes passed are > 0). By pointer: a vector argument of a function
 // compiled for AVX would change the ABI; not always_inline: the AVX2 one inlines into the
-// AVX2 builds only.
+// AVX2 builds only. The compiler's builtins, which immintrin.h's _mm*_sqrt_p* wrap: that
+// header is 70k lines of intrinsics, a second of parsing for a kernel library that needs four.
 template <int B, typename T>
 struct VecSqrt {
   static inline void run(typename Vec<B, T>::V* v) {
@@ -124,24 +121,24 @@ struct VecSqrt {
 #if defined(__x86_64__)
 template <>
 struct VecSqrt<16, float> {
-  static inline void run(Vec<16, float>::V* v) { *v = (Vec<16, float>::V)_mm_sqrt_ps((__m128)*v); }
+  static inline void run(Vec<16, float>::V* v) { *v = __builtin_ia32_sqrtps(*v); }
 };
 template <>
 struct VecSqrt<16, double> {
   static inline void run(Vec<16, double>::V* v) {
-    *v = (Vec<16, double>::V)_mm_sqrt_pd((__m128d)*v);
+    *v = __builtin_ia32_sqrtpd(*v);
   }
 };
 template <>
 struct VecSqrt<32, float> {
   __attribute__((target("avx2"))) static inline void run(Vec<32, float>::V* v) {
-    *v = (Vec<32, float>::V)_mm256_sqrt_ps((__m256)*v);
+    *v = __builtin_ia32_sqrtps256(*v);
   }
 };
 template <>
 struct VecSqrt<32, double> {
   __attribute__((target("avx2"))) static inline void run(Vec<32, double>::V* v) {
-    *v = (Vec<32, double>::V)_mm256_sqrt_pd((__m256d)*v);
+    *v = __builtin_ia32_sqrtpd256(*v);
   }
 };
 #endif
