@@ -281,9 +281,33 @@ def ensure_eager(module, device, kernel=None):
     builds the module's binding (``compiled.prefetch``)."""
     if is_compiling():
         return
-    if kernel is not None and (module, _device_type(device)) not in _STATE:
-        _prefetch(module, _device_type(device), kernel)
+    if kernel is not None:
+        prefetch(module, device, kernel)
     ensure(module, device)
+
+
+def prefetch(module, device, kernel):
+    """Start building, in the background, the kernels that a coming call of `module` runs,
+    where `module` is not loaded on `device` yet (nothing otherwise, and nothing under
+    torch.compile): for a function that will call a second module later (full multigrid:
+    resize's), so that its kernels build beside the first module's.
+
+    Parameters
+    ----------
+    module : str
+    device : torch.device or str
+    kernel : tuple
+        (op, dtype, orders), as ``ensure_eager`` takes it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from nitorch_jit import backends
+    >>> backends.prefetch("resize", "cpu", ("resize", torch.float32, [1, 1]))  # doctest: +SKIP
+    """
+    if is_compiling() or (module, _device_type(device)) in _STATE:
+        return
+    _prefetch(module, _device_type(device), kernel)
 
 
 def _device_type(device):

@@ -281,9 +281,9 @@ def _solve(p, gradient, method, **opts):
     iterative = opts["optim"] if method == "fmg" else method
     ops = ("reg_precond",) if method == "closedform" or not p.spatial else \
         ("reg_precond", "reg_matvec") if iterative == "cg" else ("reg_relax_", "reg_matvec")
-    if method == "fmg" and p.spatial:  # its restrictions and prolongations: resize's module
-        backends.ensure_eager("resize", p.x.device,
-                              (("resize_adjoint", "resize"), p.x.dtype, [1] * len(p.shape)))
+    if method == "fmg" and p.spatial:  # its restrictions and prolongations, built meanwhile
+        backends.prefetch("resize", p.x.device,
+                          (("resize_adjoint", "resize"), p.x.dtype, [1] * len(p.shape)))
     backends.ensure_eager("regsolve", p.x.device, (ops, p.x.dtype, ()))
     g = p.x.contiguous()
     absolute_only = not p.spatial or method == "closedform"

@@ -37,6 +37,8 @@ elif op == 'grid_push':
 elif op in ('cg', 'relax'):  # a solver (order: unused)
     y = nj.solve_field(torch.rand(1, 1, *[7] * dim, dtype=x.dtype) + 1, x, membrane=0.1,
                        optim=op)
+elif op == 'fmg':
+    y = nj.solve_field_fmg(torch.rand(1, 1, *[7] * dim, dtype=x.dtype) + 1, x, membrane=0.1)
 elif op == 'regulariser':
     y = nj.regulariser(x, membrane=0.1)
 elif op == 'raw_grad':  # the op itself, without the front end: the binding asks for its kernel
@@ -222,3 +224,18 @@ def test_a_solver_builds_one_kernel_library_that_holds_the_matvec(tmp_path):
     assert kernels(tmp_path, "regsolve") == ["regsolve.reg_precond.float64.any",
                                              "regsolve.reg_relax_.float64.any"], proc.stderr
     assert proc.stderr.count("compiling") == 1, proc.stderr
+
+
+def test_full_multigrid_builds_one_library_per_module_side_by_side(tmp_path):
+    # its restrictions (resize_adjoint) and prolongations (resize) come from one library of
+    # resize's module, started with the solver's own (backends.prefetch); CG smooths
+    twin = result(run(tmp_path / "twin", "fmg", 3, 0, "f64",
+                      env={"NI_COMPILED_BACKEND": "TORCH"}))["sum"]
+    proc = run(tmp_path, "fmg", 3, 0, "f64")
+    assert result(proc)["sum"] == pytest.approx(twin, rel=1e-10)
+    assert kernels(tmp_path, "regsolve") == ["regsolve.reg_precond.float64.any"], proc.stderr
+    assert kernels(tmp_path, "resize") == ["resize.resize_adjoint.float64.any"], proc.stderr
+    assert "compiling resize_adjoint and resize for float64" in proc.stderr
+    # two bindings, two libraries (and pushpull's binding, for nj.compiled_backend)
+    built = [line for line in proc.stderr.splitlines() if "compiling" in line]
+    assert len([line for line in built if "'pushpull'" not in line]) == 4, proc.stderr
