@@ -9,7 +9,9 @@ with perf_counter around its whole run (wall; nothing subtracted), in a cache ro
 - grid_pull: the first 3-D order-1 float32 grid_pull on a cold cache;
 - each other family's first call (prefilter, resize, regulariser, 2-D order-3 grid_push,
   solver), twice: fully cold, and on a copy of the cache the first grid_pull left ("warm
-  binding": what a previous family already built is there);
+  binding": what a previous family already built is there); then the README's full-multigrid
+  solver on a cold cache, the first use of two modules at once (regsolve and resize: two
+  families, so 2 CAL);
 - upgrade: the first grid_pull under another torch (--upgrade-python) on a copy of that warm
   cache (skipped with a note without --upgrade-python);
 - build: `nitorch-jit build --no-cuda` from cold (absolute seconds recorded);
@@ -82,6 +84,10 @@ CALLS = {
     "solver": ("first solver (3-D solve_field, membrane, CG)",
                "h = torch.rand(1, 8, 8, 8) + 1; g = torch.randn(1, 8, 8, 8)",
                "nj.solve_field(h, g, membrane=0.1)"),
+    "solver_fmg": ("first full-multigrid solver (3-D solve_grid_fmg: the first use of two "
+                   "modules, regsolve and resize)",
+                   "h = torch.rand(1, 8, 8, 8, 6) + 1; g = torch.randn(1, 8, 8, 8, 3)",
+                   "nj.solve_grid_fmg(h, g, membrane=1e-3, bending=0.1, lame=(0.05, 0.2))"),
 }
 FAMILIES = ["prefilter", "resize", "regulariser", "grid_push", "solver"]
 # CUDA, without a GPU: what a first call of each module compiles before it could launch (its
@@ -309,6 +315,10 @@ def main():
                 r = run_child([py, "-c", child_code(name)], root, env, args.timeout)
                 case(CALLS[name][0] + ", after the first grid_pull (warm binding)", r,
                      goal_cal=1)
+            # the README's solver: two modules' first use at once, so two families' goals
+            root = Path(tempfile.mkdtemp(prefix="root_solver_fmg_", dir=work))
+            r = run_child([py, "-c", child_code("solver_fmg")], root, env, args.timeout)
+            case(CALLS["solver_fmg"][0] + ", cold cache", r, goal_cal=2)
         if "upgrade" in args.cases:
             if not args.upgrade_python:
                 notes.append("the upgrade case was skipped (no --upgrade-python)")

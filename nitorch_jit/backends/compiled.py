@@ -6,7 +6,8 @@ to build it; the knowledge-free loader (nitorch_jit.jit) builds, caches and load
 Issue 31 splits a module where it has a binding (``BINDINGS``): the library that torch loads is
 then a thin binding (one translation unit, the only one with torch headers), and the kernels
 live in torch-free libraries, one per op, dtype and variant (the module's kernels.def, read by
-``kernel_table``; ``kernel_names`` lists them), each its own cache entry, built the first time a
+``kernel_table``; ``kernel_names`` lists them; an op's library may also hold ops that its calls
+run beside it, ``kernel_companions``), each its own cache entry, built the first time a
 call needs it: the binding asks for it by name through the resolver
 set here (``kernel_spec`` says how to build one). A torch upgrade rebuilds the bindings only
 (keyed on torch; on the stable ABI, ``_stable_binding_spec``, in a few seconds) and reuses the
