@@ -480,10 +480,7 @@ def prefetch(module, device_type, names):
 def _holds(carrier, name):
     """Whether the library of kernel `carrier` holds kernel `name` too (a CPU kernel of the
     same module, dtype and variant that kernels.def lists with it)."""
-    cm, cop, cdt, cvar = carrier.split(".")
-    m, op, dt, var = name.split(".")
-    return (cm, cdt, cvar) == (m, dt, var) and var != "cuda" \
-        and op in kernel_companions(m, "cpu").get(cop, ())
+    return carrier in _carriers(name)
 
 
 _PREFETCHED = set()  # kernels whose build a first call started (compiled.prefetch)
