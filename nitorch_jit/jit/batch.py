@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import build, cache, key as keymod, toolchain
+from . import build, cache, key as keymod, progress, toolchain
 
 _NON_TTY_EVERY = 10.0  # seconds between progress lines when stderr is not a terminal
 _FAILURES = (toolchain.ToolchainError, cache.CacheError, build.BuildError, OSError)
@@ -92,54 +92,37 @@ def _summary(specs):
 
 
 class _Progress:
-    """One progress line: rewritten in place on a terminal, else repeated every ~10 s."""
+    """One progress line: rewritten in place on a terminal, else repeated every ~10 s; every
+    write goes through progress.py (whole lines, one status line for the process)."""
 
     def __init__(self, total, stream):
         self.total, self.stream = total, stream
         self.tty = stream.isatty() and not build.verbose()
         self.start = time.monotonic()
         self.last = self.start
-        self.shown = False
-        self.lock = threading.Lock()
 
     def line(self, done, failed):
         fails = f", {failed} FAILED" if failed else ""
-        return (f"nitorch_jit: {done}/{self.total} built{fails}, "
-                f"{time.monotonic() - self.start:.0f} s")
+        return f"{done}/{self.total} built{fails}, {time.monotonic() - self.start:.0f} s"
 
     def update(self, done, failed, force=False):
-        with self.lock:
-            now = time.monotonic()
-            if self.tty:
-                self.stream.write("\r" + self.line(done, failed) + "\x1b[K")
-                self.shown = True
-            elif force or now - self.last >= _NON_TTY_EVERY:
-                self.stream.write(self.line(done, failed) + "\n")
-                self.last = now
-            else:
-                return
-            self.stream.flush()
+        now = time.monotonic()
+        if self.tty:
+            progress.status(progress.PREFIX + self.line(done, failed), self.stream)
+        elif force or now - self.last >= _NON_TTY_EVERY:
+            progress.say(self.line(done, failed), self.stream)
+            self.last = now
 
     def say(self, msg):
         """A line of a build (a warning, a wait) above the progress line."""
-        with self.lock:
-            if self.shown:
-                self.stream.write("\r\x1b[K")
-                self.shown = False
-            self.stream.write(f"nitorch_jit: {msg}\n")
-            self.stream.flush()
+        progress.say(msg, self.stream)
 
     def close(self):
-        with self.lock:
-            if self.shown:
-                self.stream.write("\r\x1b[K")
-                self.stream.flush()
-                self.shown = False
+        progress.clear(self.stream)
 
 
 def _say(stream, msg):
-    stream.write(f"nitorch_jit: {msg}\n")
-    stream.flush()
+    progress.say(msg, stream)
 
 
 def load_all(specs, jobs=None):

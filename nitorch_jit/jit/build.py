@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache, key as keymod, toolchain
+from . import cache, key as keymod, progress, toolchain
 
 _LOCK = threading.Lock()  # guards _ENTRY_LOCKS
 _ENTRY_LOCKS = {}  # entry name -> its thread lock: one load per entry and process
@@ -60,7 +60,7 @@ class Seat:
 
 
 def _say(msg):
-    print(f"nitorch_jit: {msg}", file=sys.stderr, flush=True)
+    progress.say(msg)  # whole, beside other builds' lines (progress.py)
 
 
 def verbose():
@@ -434,15 +434,14 @@ def _run_compiler(spec, tmp, log_path, seat=None):
                 log.write(line)
                 log.flush()
                 if shown:
-                    sys.stderr.write(line)
+                    progress.write(line)
         t = threading.Thread(target=pump, daemon=True)
         t.start()
-        start = time.monotonic()
+        elapsed = progress.Elapsed() if tty else None  # one status line for all builds
         try:
             while proc.poll() is None:
-                if tty:
-                    sys.stderr.write(f"\r  ... {time.monotonic() - start:.0f} s")
-                    sys.stderr.flush()
+                if elapsed is not None:
+                    elapsed.tick()
                 if seat is not None and seat.stop.is_set():
                     raise BuildError(f"stopped compiling {spec.what}: the build was stopped")
                 try:
@@ -452,9 +451,10 @@ def _run_compiler(spec, tmp, log_path, seat=None):
         except BaseException:  # Ctrl-C (the worker's session does not get the terminal's)
             _stop_group(proc)
             raise
+        finally:
+            if elapsed is not None:
+                elapsed.close()
         t.join()
-        if tty:
-            sys.stderr.write("\r" + " " * 20 + "\r")
     return proc.returncode
 
 
