@@ -4,8 +4,8 @@ CAL is the wall time to compile and link one minimal classic torch op (ATen/core
 torch/library.h, one function, one TORCH_LIBRARY_IMPL block) into a .so with our flags (-O3
 -fPIC, the -std torch's cpp_extension passes, OpenMP where torch uses it), timed once before
 the cases and once after them; the smaller is the unit. Every case is a fresh process, timed
-with perf_counter around its whole run (wall; nothing subtracted), in a cache root of its own
-(NI_JIT_CACHE_DIR):
+by the harness around its whole run (measure_process: wall, nothing subtracted), in a cache
+root of its own (NI_JIT_CACHE_DIR):
 - grid_pull: the first 3-D order-1 float32 grid_pull on a cold cache;
 - each other family's first call (prefilter, resize, regulariser, 2-D order-3 grid_push,
   solver), twice: fully cold, and on a copy of the cache the first grid_pull left ("warm
@@ -20,7 +20,8 @@ with perf_counter around its whole run (wall; nothing subtracted), in a cache ro
   call compiles before it could launch: its binding, and the kernel it asks for, for one arch
   (--cuda-arch), in a cold cache (a classic binding: up to 2 CAL, as the issue allows).
 The children run this tree's nitorch_jit (PYTHONPATH), whatever main holds; each prints its
-own import and call time, and the table says what each case built (from the manifests).
+own call time (the harness's stopwatch), and the table says what each case built (from the
+manifests).
 
 usage: python scripts/bench_first_use.py [--upgrade-python /tmp/venv214/bin/python]
        [--cuda-python /tmp/venv214/bin/python] [--cases grid_pull families upgrade build warm
@@ -34,20 +35,18 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent  # the tree whose nitorch_jit is measured
-sys.path.insert(0, str(HERE))
+import torch
 
-import torch  # noqa: E402
+from nitorch_jit.bench import measure_process
+from nitorch_jit.bench.report import print_table, write_record
+from nitorch_jit.jit import toolchain
 
-from nitorch_jit.bench.report import print_table, write_record  # noqa: E402
-from nitorch_jit.jit import toolchain  # noqa: E402
+HERE = Path(__file__).resolve().parent.parent  # the tree whose nitorch_jit the children run
 
 # The one op whose compile is the unit: the classic headers, one function, one IMPL block.
 CAL_SOURCE = """\
@@ -97,37 +96,32 @@ CUDA_CALLS = {"pushpull": ("grid_pull", [1, 1, 1]), "splinc": ("spline_coeff_nd"
 CASES = ["grid_pull", "families", "upgrade", "build", "warm", "cuda"]
 MARK = "FIRST_USE "  # the line a child prints its own times on
 
+# the children time their first call with the harness's stopwatch (its import comes before)
 CHILD = """\
-import json, time
-t0 = time.perf_counter()
+import json
 import torch, nitorch_jit as nj
-t1 = time.perf_counter()
+from nitorch_jit.bench import stopwatch
 {setup}
-t2 = time.perf_counter()
-{call}
-t3 = time.perf_counter()
-print({mark!r} + json.dumps({{"torch": torch.__version__, "import_s": t1 - t0,
-                             "call_s": t3 - t2}}))
+with stopwatch() as sw:
+    {call}
+print({mark!r} + json.dumps({{"torch": torch.__version__, "call_s": sw.wall_ms / 1e3}}))
 """
 
 
 CUDA_CHILD = """\
-import json, sys, time
-t0 = time.perf_counter()
+import json
 import torch, nitorch_jit as nj
 from nitorch_jit import backends
 from nitorch_jit.backends import compiled
-t1 = time.perf_counter()
+from nitorch_jit.bench import stopwatch
 module, op, orders = {module!r}, {op!r}, {orders!r}
-t2 = time.perf_counter()
 # what the public function does first (binding, and its likely kernel beside it), then the
 # kernel the binding asks for when the call launches (waits for the build under way)
-backends.ensure_eager(module, "cuda", kernel=(op, torch.float32, orders))
-name = compiled.likely_kernel(module, "cuda", op, torch.float32, orders)
-compiled.load_kernel(compiled.load_module(module, "cuda"), name)
-t3 = time.perf_counter()
-print({mark!r} + json.dumps({{"torch": torch.__version__, "import_s": t1 - t0,
-                             "call_s": t3 - t2}}))
+with stopwatch() as sw:
+    backends.ensure_eager(module, "cuda", kernel=(op, torch.float32, orders))
+    name = compiled.likely_kernel(module, "cuda", op, torch.float32, orders)
+    compiled.load_kernel(compiled.load_module(module, "cuda"), name)
+print({mark!r} + json.dumps({{"torch": torch.__version__, "call_s": sw.wall_ms / 1e3}}))
 """
 
 
@@ -157,18 +151,16 @@ def cal_command(src, out):
 
 
 def measure_cal(work):
-    """Seconds to compile and link the CAL op once (wall, perf_counter around the compiler)."""
+    """Seconds to compile and link the CAL op once (the wall time of the compiler's process)."""
     folder = Path(tempfile.mkdtemp(prefix="cal_", dir=work))
     src = folder / "cal_op.cpp"
     src.write_text(CAL_SOURCE)
     cmd = cal_command(src, folder / "cal_op.so")
-    start = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if r.returncode:
-        sys.exit(f"the CAL op did not compile ({' '.join(cmd)}):\n{r.stderr}")
+    run = measure_process(cmd)
+    if run.returncode:
+        sys.exit(f"the CAL op did not compile ({' '.join(cmd)}):\n{run.stderr}")
     shutil.rmtree(folder, ignore_errors=True)
-    return seconds
+    return run.wall_ms / 1e3
 
 
 def entries(root):
@@ -202,27 +194,20 @@ def run_child(cmd, root, env, timeout):
     """Time a fresh process (wall s around its run, nothing subtracted) in cache root
     `root`. Returns (wall s, its printed times or None, what it built, error text or None)."""
     before = entries(root)
-    full = {**os.environ, **env, "NI_JIT_CACHE_DIR": str(root),
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)}
-    start = time.perf_counter()
-    # its own process group: a time-out ends the compilers it started too
-    p = subprocess.Popen(cmd, env=full, cwd=HERE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        return (time.perf_counter() - start, None, built_since(root, before),
-                f"timed out after {timeout:g} s")
-    wall = time.perf_counter() - start
-    times = next((json.loads(ln[len(MARK):]) for ln in out.splitlines()
+    changes = {**env, "NI_JIT_CACHE_DIR": str(root),
+               "PYTHONPATH": os.pathsep.join(
+                   p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)}
+    # (a time-out ends the child's whole process group: the compilers it started too)
+    run = measure_process(cmd, env=changes, timeout=timeout, cwd=HERE)
+    wall = run.wall_ms / 1e3
+    if run.returncode is None:
+        return wall, None, built_since(root, before), f"timed out after {timeout:g} s"
+    times = next((json.loads(ln[len(MARK):]) for ln in run.stdout.splitlines()
                   if ln.startswith(MARK)), None)
     error = None
-    if p.returncode:
-        error = f"exit {p.returncode}: " + (err.strip().splitlines() or ["?"])[-1]
-        sys.stderr.write(err)
+    if run.returncode:
+        error = f"exit {run.returncode}: " + (run.stderr.strip().splitlines() or ["?"])[-1]
+        sys.stderr.write(run.stderr)
     return wall, times, built_since(root, before), error
 
 
@@ -242,7 +227,9 @@ class Table:
     def add(self, case, wall, times, built, error, goal_cal=None, goal_s=None, judge="process"):
         """One row; the goal is ``goal_cal`` CAL or ``goal_s`` seconds of the process wall time
         (``judge='process'``) or of the child's in-process call (``judge='call'``)."""
-        call = times["call_s"] if times else None
+        # the times as the record holds them: the ratio and the verdict read the same numbers
+        wall = round(wall, 2)
+        call = round(times["call_s"], 3) if times else None
         judged = call if judge == "call" else wall
         goal = (f"≤ {goal_cal:g} CAL" if goal_cal is not None else f"≤ {goal_s:g} s") + \
             (" (call)" if judge == "call" else "")

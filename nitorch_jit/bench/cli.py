@@ -4,6 +4,7 @@ import sys
 
 import torch
 
+from ..codes import bound_code
 from . import backend_for, measure, ratio, stopwatch
 from .data import REG_KW, synthetic, voxel_to_grid_sample
 from .report import print_table
@@ -134,6 +135,7 @@ def _bench_resize(size, repeat, modules):
 
 
 def _bench_pushpull(size, repeat):
+    from ..ops import pushpull as P
     from ..torch_impl import pushpull as torch_pp
     print(f"nitorch-jit bench: {size}^3 float32 volume, displacement +-2 voxels, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}", flush=True)
@@ -144,9 +146,10 @@ def _bench_pushpull(size, repeat):
         print(f"C kernels unavailable: {e}", file=sys.stderr)
         have_c = False
     img, grid = synthetic(size)
-    ops = torch.ops.nitorch_jit
     gs_grid = voxel_to_grid_sample(grid, img.shape[2:])
-    bound, extrap = [0] * 3, True  # replicate + extrapolate = grid_sample's 'border'
+    # replicate + extrapolate = grid_sample's 'border'; the twin takes the bound's code
+    bound, extrap = "replicate", True
+    codes = [bound_code(bound)] * 3
 
     def gs():
         return torch.nn.functional.grid_sample(img, gs_grid, mode="bilinear", padding_mode="border",
@@ -156,11 +159,11 @@ def _bench_pushpull(size, repeat):
     rows = []
     for label, order, op in [("pull linear", 1, "pull"), ("pull cubic", 3, "pull"),
                              ("push linear", 1, "push"), ("grad linear", 1, "grad")]:
-        args = (img, grid, [order] * 3, bound, extrap)
-        if op == "push":
-            args = (img, grid, list(img.shape[2:]), [order] * 3, bound, extrap)
-        c_fn = (lambda a=args, o=op: getattr(ops, f"grid_{o}")(*a)) if have_c else None
-        t_fn = lambda a=args, o=op: getattr(torch_pp, f"grid_{o}")(*a)  # noqa: E731
+        shape = [list(img.shape[2:])] if op == "push" else []
+        ours = (img, grid, *shape, order, bound, extrap)
+        twin = (img, grid, *shape, [order] * 3, codes, extrap)
+        c_fn = (lambda a=ours, o=op: getattr(P, f"grid_{o}")(*a)) if have_c else None
+        t_fn = lambda a=twin, o=op: getattr(torch_pp, f"grid_{o}")(*a)  # noqa: E731
         if c_fn:
             t = _c_and_twin(c_fn, t_fn, repeat)
         else:
