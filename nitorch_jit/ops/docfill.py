@@ -78,8 +78,8 @@ def docfill(fn):
     ...     bound : str
     ...         %(bound)s
     ...     '''
-    >>> f.__doc__.split()[4:6]
-    ['Boundary', 'condition:']
+    >>> f.__doc__.split()[2:7]   # the marker's line now holds DOCS['bound'], indented as it
+    ['bound', ':', 'str', 'Boundary', 'condition:']
     """
     if fn.__doc__:
         def fill(m):
