@@ -362,41 +362,83 @@ def _stable_abi_flags(version):
     return cflags, [f"-L{d}" for d in cpp_extension.library_paths()] + ["-ltorch_cpu", "-lc10"]
 
 
+def _torch_link(version):
+    """What a CPU binding on torch's stable ABI `version` compiles and links with, for
+    ``toolchain.shared_library_command``: (defines, torch's include folders, its library
+    folders, its libraries), from the torch loaded here, as cpp_extension names them."""
+    import torch
+    from torch.utils import cpp_extension
+    major, minor = (int(v) for v in version.split("."))
+    defines = [f"-DTORCH_TARGET_VERSION=0x{major:02x}{minor:02x}000000000000"]
+    if not toolchain.compiler().msvc:  # libstdc++'s dual ABI: a GNU-driver define only
+        defines.append(f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
+    return (defines, list(cpp_extension.include_paths()), list(cpp_extension.library_paths()),
+            ["torch_cpu", "c10"])
+
+
+def library_file(spec, folder):
+    """The path of the library of `spec` in `folder`: its name and this platform's suffix
+    (``toolchain.library_suffix``: '.so', '.pyd' on Windows, as cpp_extension names it).
+
+    Parameters
+    ----------
+    spec : ModuleSpec
+    folder : pathlib.Path
+
+    Returns
+    -------
+    pathlib.Path
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from nitorch_jit import jit
+    >>> from nitorch_jit.jit import build
+    >>> build.library_file(jit.ModuleSpec("a", "cpu", []), Path("/c")).stem
+    'nitorch_jit_a_cpu'
+    """
+    return Path(folder) / f"{spec.library_name}{toolchain.library_suffix()}"
+
+
 def _compile_command(spec, tmp):
     """The one compiler call that builds a library of a `direct` spec (no Python started): its
-    flags say everything (standard, defines, include folders, libraries). A CUDA library is
+    flags say everything (standard, defines, include folders, libraries). A CPU library is
+    written by ``toolchain.shared_library_command`` in the flags of the compiler's kind (gcc,
+    clang, Apple clang, MSVC). A CUDA library is
     built by the toolkit's nvcc, with the host compiler of the key, its device code for
-    spec.archs, and the CUDA runtime shared (the one torch loaded, else the toolkit's)."""
-    if spec.device == "cuda":
-        home, _ = toolchain.find_cuda_home()
-        runtime = toolchain.cudart_dir(home)
-        cmd = [str(Path(home) / "bin" / "nvcc"), "-shared", "-ccbin", toolchain.cxx_command(),
-               "-Xcompiler", "-fPIC,-fvisibility=hidden"]
-        cmd += list(spec.cflags) + toolchain.arch_flags(spec.archs)
-        ld = ["-cudart", "shared"] + ([f"-L{runtime}", f"-Xlinker=-rpath,{runtime}"]
-                                      if runtime else [])
-    else:
-        cmd = [toolchain.cxx_command(), "-shared", "-fPIC", "-fvisibility=hidden"]
-        cmd += list(spec.cflags)
-        ld = []
+    spec.archs, and the CUDA runtime shared (the one torch loaded, else the toolkit's);
+    Linux only (nvcc's Windows host flags are not written here)."""
+    if spec.device != "cuda":
+        cc = toolchain.compiler()
+        defines, system, lib_dirs, libs = _torch_link(spec.stable_abi) if spec.stable_abi \
+            else ([], [], [], [])
+        return toolchain.shared_library_command(
+            cc, spec.sources, str(library_file(spec, tmp)), list(spec.cflags) + defines,
+            system_include_dirs=system, include_dirs=spec.include_dirs, library_dirs=lib_dirs,
+            libraries=libs, rpaths=toolchain.torch_rpaths(cc, lib_dirs),
+            ldflags=spec.ldflags, object_dir=str(tmp))
+    home, _ = toolchain.find_cuda_home()
+    runtime = toolchain.cudart_dir(home)
+    cmd = [str(Path(home) / "bin" / "nvcc"), "-shared", "-ccbin", toolchain.cxx_command(),
+           "-Xcompiler", "-fPIC,-fvisibility=hidden"]
+    cmd += list(spec.cflags) + toolchain.arch_flags(spec.archs)
+    ld = ["-cudart", "shared"] + ([f"-L{runtime}", f"-Xlinker=-rpath,{runtime}"]
+                                  if runtime else [])
     if spec.stable_abi:
         flags, ld_torch = _stable_abi_flags(spec.stable_abi)
-        if spec.device == "cuda":  # nvcc takes a system include folder as a separate argument
-            flags = [a for f in flags
-                     for a in (["-isystem", f[len("-isystem"):]] if f.startswith("-isystem")
-                               else [f])]
-        cmd += flags
+        # nvcc takes a system include folder as a separate argument
+        cmd += [a for f in flags
+                for a in (["-isystem", f[len("-isystem"):]] if f.startswith("-isystem") else [f])]
         ld += ld_torch
-        if spec.device == "cpu":  # not in the key: gold or GNU ld, the same library to its loader
-            ld += toolchain.fast_linker_flags(toolchain.cxx_command())
     cmd += [f"-I{d}" for d in spec.include_dirs] + [str(s) for s in spec.sources]
-    return cmd + ["-o", str(tmp / f"{spec.library_name}.so")] + list(spec.ldflags) + ld
+    return cmd + ["-o", str(library_file(spec, tmp))] + list(spec.ldflags) + ld
 
 
 def _run_compiler(spec, tmp, log_path, seat=None):
     """Run the worker (or, for a torch-free library, the compiler), streaming its output into
     the log; show elapsed time on a terminal (unless a pool's `seat` shows its own progress)."""
     env_extra = {"CXX": toolchain.cxx_command()}  # the compiler the key names
+    env_extra.update(toolchain.msvc_env())  # cl's PATH, INCLUDE, LIB outside a developer prompt
     if seat is not None:  # the pool's share: its compilers, and no more
         env_extra["MAX_JOBS"] = str(seat.jobs)
     with_cuda = spec.device == "cuda"
@@ -407,7 +449,8 @@ def _run_compiler(spec, tmp, log_path, seat=None):
             env_extra["TORCH_CUDA_ARCH_LIST"] = ";".join(spec.archs)
     request = {
         "name": spec.library_name, "sources": [str(s) for s in spec.sources],
-        "cflags": spec.cflags, "cuda_cflags": spec.cuda_cflags, "ldflags": spec.ldflags,
+        # cpp_extension hands them to the compiler as they are: cl's dialect on Windows
+        "cflags": toolchain.translate_flags(spec.cflags, toolchain.compiler()), "cuda_cflags": spec.cuda_cflags, "ldflags": spec.ldflags,
         "include_dirs": [str(d) for d in spec.include_dirs], "build_dir": str(tmp),
         "with_cuda": with_cuda, "env": env_extra,
     }
@@ -559,7 +602,7 @@ def _build(spec, key, name, seat=None):
             cache.keep_failed(tmp, name)
             raise
         seconds = time.monotonic() - start
-        library = tmp / f"{spec.library_name}.so"
+        library = library_file(spec, tmp)
         if rc != 0 or not library.exists():
             log = cache.keep_failed(tmp, name)
             raise BuildError(

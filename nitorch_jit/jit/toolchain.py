@@ -2,13 +2,23 @@
 
 Everything here is generic: compilers, ninja, the CUDA toolkit, GPU architectures.
 Each finder raises :class:`ToolchainError` with a message that says what to do.
+
+This is also the one place that knows the platforms (issue 40): which compiler a build uses
+(gcc, clang, Apple clang, MSVC's cl: ``compiler()``), its flag syntax
+(``shared_library_command``, ``translate_flags``), the library suffix (``library_suffix``),
+OpenMP (``openmp``) and where the kernels' hand-written fast paths exist (``fast_paths``,
+mirroring csrc/core/platform.h). Nothing else in the package branches on ``sys.platform`` or
+on the compiler's kind. docs/guide/platforms.md says what has run where.
 """
 import functools
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -27,18 +37,81 @@ def _run_version(cmd):
 
 
 # ----------------------------------------------------------------------------- C++ compiler
+def install_hint(target=None):
+    """What to install to get a C++ compiler on platform `target`, in words a user can act on.
+
+    Parameters
+    ----------
+    target : str, optional
+        A ``sys.platform`` value (default: this one).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> toolchain.install_hint("darwin")
+    "the Xcode Command Line Tools: 'xcode-select --install'"
+    """
+    target = sys.platform if target is None else target
+    if target == "darwin":
+        return "the Xcode Command Line Tools: 'xcode-select --install'"
+    if target == "win32":
+        # cl is found without a developer prompt, as cpp_extension finds it (setuptools)
+        return ("the Microsoft C++ Build Tools (https://visualstudio.microsoft.com/visual-cpp-"
+                "build-tools/, workload 'Desktop development with C++')")
+    return ("a C++ compiler: Debian/Ubuntu 'apt install g++', Fedora 'dnf install gcc-c++', "
+            "conda 'conda install gxx_linux-64'")
+
+
+def default_cxx_name(target=None):
+    """The compiler a build uses when CXX is unset: ``cl`` on Windows (as torch's cpp_extension),
+    ``c++`` elsewhere (gcc or clang on Linux, Apple clang on macOS).
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> toolchain.default_cxx_name("win32"), toolchain.default_cxx_name("linux")
+    ('cl', 'c++')
+    """
+    return "cl" if (sys.platform if target is None else target) == "win32" else "c++"
+
+
+def _is_cl(path):
+    return Path(path).name.lower() in ("cl", "cl.exe")
+
+
+def _version_text(path):
+    """The compiler's version text: ``--version`` for gcc and clang; MSVC's cl has no such
+    option and prints its banner on stderr when run with no argument."""
+    if _is_cl(path):
+        try:
+            out = subprocess.run([path], capture_output=True, text=True, timeout=60,
+                                 env=dict(os.environ, **msvc_env()))
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        text = (out.stderr or "") + (out.stdout or "")
+        return text.strip() if "Microsoft" in text else None
+    return _run_version([path, "--version"])
+
+
 def _which_cxx(cxx, path_env):
+    if _is_cl(cxx) and shutil.which(cxx, path=path_env) is None:
+        path_env = msvc_env().get("PATH", path_env)  # not in a developer prompt
     path = shutil.which(cxx, path=path_env)
     if path is None:
         raise ToolchainError(
-            f"no C++ compiler: '{cxx}' is not on PATH. Install one (Debian/Ubuntu: "
-            f"'apt install g++'; conda: 'conda install gxx_linux-64'), or point CXX at it. "
-            f"Without it nitorch_jit can only use its pure-PyTorch backend "
+            f"no C++ compiler: '{cxx}' is not on PATH. Install {install_hint()}, or point CXX "
+            f"at one. Without it nitorch_jit can only use its pure-PyTorch backend "
             f"(NI_COMPILED_BACKEND=TORCH).")
-    text = _run_version([path, "--version"])
+    text = _version_text(path)
     if text is None:
-        raise ToolchainError(f"the C++ compiler '{path}' does not run ('{path} --version' failed)")
-    return path, text.splitlines()[0]
+        how = f"'{path}'" if _is_cl(path) else f"'{path} --version'"
+        raise ToolchainError(f"the C++ compiler '{path}' does not run ({how} failed); "
+                             f"install {install_hint()}, or point CXX at a working one")
+    return path, text.splitlines()[0].strip()
 
 
 def _libstdcxx_minor(path):
@@ -116,17 +189,335 @@ def _cxx_cached(cxx, path_env, explicit):
 
 
 def cxx_command():
-    """The command that builds use as CXX: CXX, else c++ on PATH, else (when c++ builds
-    against a newer libstdc++ than the loaded one) a matching g++ found instead."""
+    """The command that builds use as CXX: CXX, else c++ on PATH (cl on Windows), else (when
+    c++ builds against a newer libstdc++ than the loaded one) a matching g++ found instead."""
     explicit = os.environ.get("CXX")
-    return _cxx_cached(explicit or "c++", os.environ.get("PATH", ""), bool(explicit))[0]
+    return _cxx_cached(explicit or default_cxx_name(), os.environ.get("PATH", ""),
+                       bool(explicit))[0]
 
 
 def find_cxx():
     """Return (resolved path, first line of --version) of the host C++ compiler."""
-    path, version = _cxx_cached(os.environ.get("CXX") or "c++", os.environ.get("PATH", ""),
-                                bool(os.environ.get("CXX")))
+    path, version = _cxx_cached(os.environ.get("CXX") or default_cxx_name(),
+                                os.environ.get("PATH", ""), bool(os.environ.get("CXX")))
     return os.path.realpath(path), version
+
+
+# ----------------------------------------------------------------------------- platforms
+KINDS = ("gcc", "clang", "apple-clang", "msvc")
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """The C++ compiler a build uses, and the platform it builds for.
+
+    Attributes
+    ----------
+    path : str
+        The command, as builds run it.
+    kind : {'gcc', 'clang', 'apple-clang', 'msvc'}
+        Its flag dialect and OpenMP runtime: gcc (libgomp), clang (LLVM's libomp), Apple clang
+        (no ``-fopenmp`` driver flag; torch's bundled libomp), MSVC's cl (``/flags``).
+        A compiler of unknown banner is taken as gcc (the GNU driver syntax).
+    version : str
+        '12.2.0', or '' where the banner has none.
+    banner : str
+        The first line of its version text (part of the cache key).
+    target : str
+        The ``sys.platform`` it builds for.
+    machine : str
+        ``platform.machine()``: 'x86_64', 'aarch64', 'arm64', 'AMD64'.
+    """
+    path: str
+    kind: str
+    version: str
+    banner: str
+    target: str
+    machine: str
+
+    @property
+    def msvc(self):
+        """Whether the flags are MSVC's (``/flag``) rather than the GNU driver's."""
+        return self.kind == "msvc"
+
+    def describe(self):
+        """'clang 14.0.6 (/usr/bin/clang++)': a line for ``nitorch-jit info``."""
+        name = {"apple-clang": "Apple clang", "msvc": "MSVC cl"}.get(self.kind, self.kind)
+        return f"{name} {self.version or '(version unknown)'} ({self.path})"
+
+
+_VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)*)")
+
+
+def classify(banner):
+    """The kind and version of a compiler from its version text.
+
+    Parameters
+    ----------
+    banner : str
+        What ``--version`` prints (cl: its banner).
+
+    Returns
+    -------
+    (str, str)
+        A kind of ``KINDS`` and the version ('' when none is printed).
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> toolchain.classify("Debian clang version 14.0.6")
+    ('clang', '14.0.6')
+    >>> toolchain.classify("Apple clang version 15.0.0 (clang-1500.3.9.4)")
+    ('apple-clang', '15.0.0')
+    >>> toolchain.classify("g++ (Debian 12.2.0-14) 12.2.0")
+    ('gcc', '12.2.0')
+    >>> toolchain.classify("Microsoft (R) C/C++ Optimizing Compiler Version 19.38.33130 for x64")
+    ('msvc', '19.38.33130')
+    """
+    text = banner.strip()
+    first = text.splitlines()[0] if text else ""
+    if "Microsoft" in text and "C/C++" in text:
+        line = next(ln for ln in text.splitlines() if "Microsoft" in ln)
+        m = re.search(r"Version (\d+(?:\.\d+)+)", line)
+        return "msvc", m.group(1) if m else ""
+    m = re.search(r"clang version (\d+(?:\.\d+)+)", first)
+    if m:
+        return ("apple-clang" if first.startswith("Apple ") else "clang"), m.group(1)
+    # gcc: 'g++ (Debian 12.2.0-14) 12.2.0', 'c++ (GCC) 11.2.0': the version ends the line
+    m = re.search(r"(\d+\.\d+(?:\.\d+)*)\s*$", first)
+    return "gcc", m.group(1) if m else ""
+
+
+def compiler():
+    """The C++ compiler of builds here: path, kind, version, platform.
+
+    Returns
+    -------
+    Compiler
+
+    Raises
+    ------
+    ToolchainError
+        No compiler, or one that does not run (the message says what to install).
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> toolchain.compiler().kind in toolchain.KINDS    # doctest: +SKIP
+    True
+    """
+    path, banner = find_cxx()
+    return _compiler_of(cxx_command(), banner, sys.platform, platform.machine())
+
+
+@functools.lru_cache(None)
+def _compiler_of(path, banner, target, machine):
+    kind, version = classify(banner)
+    if kind == "gcc" and _is_cl(path):
+        kind = "msvc"
+    return Compiler(path, kind, version, banner, target, machine)
+
+
+def library_suffix(target=None):
+    """The file suffix of a library we build: ``.pyd`` on Windows and ``.so`` elsewhere, macOS
+    included, as torch's cpp_extension names its extensions (LIB_EXT); ctypes and
+    ``torch.ops.load_library`` load either.
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> toolchain.library_suffix("win32"), toolchain.library_suffix("darwin")
+    ('.pyd', '.so')
+    """
+    return ".pyd" if (sys.platform if target is None else target) == "win32" else ".so"
+
+
+@functools.lru_cache(None)
+def msvc_env():
+    """The environment variables that MSVC's cl needs (PATH, INCLUDE, LIB), from setuptools
+    as torch's cpp_extension gets them when Python was not started from a developer prompt
+    (``VSCMD_ARG_TGT_ARCH`` unset); ``{}`` elsewhere, in a prompt, or when not found.
+
+    Returns
+    -------
+    dict of str to str
+    """
+    if sys.platform != "win32" or "VSCMD_ARG_TGT_ARCH" in os.environ:
+        return {}
+    try:
+        from setuptools._distutils import _msvccompiler
+        env = _msvccompiler._get_vc_env("x86_amd64")
+    except Exception:  # noqa: BLE001 -- no Build Tools, an old setuptools: cl is not found
+        return {}
+    return {k.upper(): v for k, v in env.items()}
+
+
+# GCC-style flags that compiled.py writes, in MSVC's words (cl reads -D and -I as /D and /I;
+# -O3 and -std= it does not know). Flags without a meaning there (-fPIC: every DLL is
+# position-independent; -fvisibility=hidden: a DLL exports only what NJ_EXPORT marks) go.
+_MSVC_FLAGS = {"-O3": "/O2", "-O2": "/O2", "-O1": "/O1", "-O0": "/Od", "-Og": "/Od",
+               "-g": "/Z7", "-std=c++17": "/std:c++17", "-std=c++20": "/std:c++20"}
+_MSVC_DROP = ("-fPIC", "-fvisibility=hidden")
+
+
+def translate_flags(flags, cc):
+    """`flags` written for the GNU driver (gcc, clang), in the dialect of compiler `cc`.
+
+    Parameters
+    ----------
+    flags : list of str
+    cc : Compiler
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    ToolchainError
+        A flag MSVC has no equivalent of (say, ``-mavx2``): it would be ignored silently.
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> cl = toolchain.Compiler("cl", "msvc", "19.38", "", "win32", "AMD64")
+    >>> toolchain.translate_flags(["-O3", "-std=c++17", "-DNJ_KERNEL_LIB"], cl)
+    ['/O2', '/std:c++17', '-DNJ_KERNEL_LIB']
+    """
+    if not cc.msvc:
+        return list(flags)
+    out = []
+    for f in flags:
+        if f in _MSVC_DROP:
+            continue
+        if f in _MSVC_FLAGS:
+            out.append(_MSVC_FLAGS[f])
+        elif f.startswith(("-D", "-U", "-I", "/")):
+            out.append(f)
+        else:
+            raise ToolchainError(f"the flag {f!r} has no MSVC equivalent here: add it to "
+                                 f"nitorch_jit/jit/toolchain.py (_MSVC_FLAGS) or leave it out "
+                                 f"of MSVC builds")
+    return out
+
+
+def shared_library_command(cc, sources, output, cflags=(), system_include_dirs=(),
+                           include_dirs=(), library_dirs=(), libraries=(), rpaths=(),
+                           ldflags=(), object_dir=None):
+    """The one compiler call that builds the shared library `output` from `sources`, with
+    the flags of `cc`'s kind and platform.
+
+    GNU driver (gcc, clang; Linux, macOS): ``-shared -fPIC -fvisibility=hidden`` (the entry
+    points are marked NJ_EXPORT), system headers by ``-isystem``, libraries by ``-L``/``-l``
+    and an rpath; on macOS ``-undefined dynamic_lookup``, as cpp_extension and inductor's
+    cpp_builder link there. MSVC: cl with the flags torch's own headers need (inductor's
+    cpp_builder: ``/EHsc /Zc:__cplusplus /permissive- -DNOMINMAX``; cpp_extension: ``/MD``),
+    objects into `object_dir` (``/Fo``), the DLL by ``/Fe``, and ``/link /DLL`` against the
+    import libraries (``x.lib``).
+
+    Parameters
+    ----------
+    cc : Compiler
+    sources : list of str
+    output : str
+        The library's path.
+    cflags : list of str
+        GNU-style flags (``translate_flags`` turns them into MSVC's).
+    system_include_dirs, include_dirs, library_dirs : list of str
+    libraries : list of str
+        Library names without prefix or suffix ('torch_cpu').
+    rpaths : list of str
+        Folders the loader searches for the libraries at run time (not Windows: its loader
+        takes the DLLs already loaded, and torch adds its lib folder, os.add_dll_directory).
+    ldflags : list of str
+        Given to the linker as they are (the caller's dialect).
+    object_dir : str, optional
+        MSVC only: where cl writes its .obj files (default: the output's folder).
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> gcc = toolchain.Compiler("g++", "gcc", "12.2.0", "", "linux", "x86_64")
+    >>> toolchain.shared_library_command(gcc, ["a.cpp"], "a.so", ["-O3"])
+    ['g++', '-shared', '-fPIC', '-fvisibility=hidden', '-O3', 'a.cpp', '-o', 'a.so']
+    """
+    if cc.msvc:
+        objs = str(object_dir or Path(output).parent)
+        cmd = [cc.path, "/nologo", "/LD", "/MD", "/EHsc", "/Zc:__cplusplus", "/permissive-",
+               "-DNOMINMAX"] + translate_flags(cflags, cc)
+        # cl has /external:I, but cpp_extension gives torch's headers by -I on Windows too
+        cmd += [f"-I{d}" for d in list(system_include_dirs) + list(include_dirs)]
+        cmd += [str(s) for s in sources]
+        # a trailing separator: /Fo names a folder, one object per source
+        cmd += [f"/Fo{objs}{os.sep if not objs.endswith(('/', chr(92))) else ''}",
+                f"/Fe{output}", "/link", "/DLL"]
+        return cmd + [f"/LIBPATH:{d}" for d in library_dirs] \
+            + [f"{lib}.lib" for lib in libraries] + list(ldflags)
+    cmd = [cc.path, "-shared", "-fPIC", "-fvisibility=hidden"] + list(cflags)
+    cmd += [f"-isystem{d}" for d in system_include_dirs]
+    cmd += [f"-I{d}" for d in include_dirs] + [str(s) for s in sources]
+    cmd += ["-o", str(output)] + list(ldflags)
+    cmd += [f"-L{d}" for d in library_dirs] + [f"-l{lib}" for lib in libraries]
+    cmd += [f"-Wl,-rpath,{d}" for d in rpaths]
+    if cc.target == "darwin":  # ld64 refuses undefined symbols unless told (cpp_extension)
+        cmd += ["-undefined", "dynamic_lookup"]
+    elif libraries:  # gold, where it runs: a binding links libtorch_cpu (hundreds of MB)
+        cmd += fast_linker_flags(cc.path)
+    return cmd
+
+
+def torch_rpaths(cc, library_dirs):
+    """The rpaths a library linked against torch's `library_dirs` gets: those folders on macOS
+    (torch's dylibs are named ``@rpath/libc10.dylib``, its libomp ``@rpath/libomp.dylib``:
+    with the rpath, dyld resolves them to the copies torch loaded), none elsewhere (Linux:
+    torch has loaded them by soname before us; Windows: torch added its folder,
+    ``os.add_dll_directory``).
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> mac = toolchain.Compiler("c++", "apple-clang", "15.0.0", "", "darwin", "arm64")
+    >>> toolchain.torch_rpaths(mac, ["/t/lib"])
+    ['/t/lib']
+    """
+    return list(library_dirs) if cc.target == "darwin" else []
+
+
+def fast_paths(cc=None):
+    """Where the kernels' hand-written vector paths exist, as csrc/core/platform.h decides:
+    AVX2 + FMA paths (chosen at run time by the CPU) on x86-64 with gcc or clang
+    (``NJ_AVX2_PATHS``: ``__x86_64__``/``_M_X64`` and ``__GNUC__``); elsewhere (aarch64,
+    Apple arm64, MSVC) portable code that the compiler vectorises for its baseline (NEON on
+    arm64, SSE2 on x86-64).
+
+    Parameters
+    ----------
+    cc : Compiler, optional
+        Default: ``compiler()``.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> toolchain.fast_paths(toolchain.Compiler("cl", "msvc", "19", "", "win32", "AMD64"))
+    'portable (MSVC: no AVX2 paths compiled; the compiler vectorises the portable code)'
+    """
+    cc = compiler() if cc is None else cc
+    x86 = cc.machine.lower() in ("x86_64", "amd64", "x64")
+    if x86 and not cc.msvc:
+        off = os.environ.get("NI_JIT_DISABLE_AVX2", "0").strip().lower() not in ("", "0",
+                                                                                  "false", "no")
+        return "AVX2 + FMA where the CPU has them, chosen at run time" + (
+            " (off: NI_JIT_DISABLE_AVX2)" if off else "")
+    why = "MSVC: no AVX2 paths compiled" if cc.msvc else f"{cc.machine}: no AVX2 paths"
+    return f"portable ({why}; the compiler vectorises the portable code)"
 
 
 # ----------------------------------------------------------------------------- ninja
@@ -364,11 +755,191 @@ def fast_linker_flags(cxx):
 
 
 # ----------------------------------------------------------------------------- CPU parallelism
-@functools.lru_cache(None)
-def openmp_flags():
-    """at::parallel_for is an inline OpenMP template when torch uses OpenMP: the kernels
-    must be compiled with -fopenmp or they run on one thread."""
+@dataclass(frozen=True)
+class OpenMP:
+    """How a library that inlines torch's OpenMP ``at::parallel_for`` (a binding on torch's
+    classic headers) is compiled and linked here.
+
+    Attributes
+    ----------
+    on : bool
+        Whether it is compiled with OpenMP (its parallel_for runs threads).
+    cflags, ldflags : tuple of str
+        The compiler's and the linker's flags (empty when off).
+    why : str
+        Why, in one line (``nitorch-jit info``).
+    warn : bool
+        Off for a reason the user may want to fix: one warning when such a library is built.
+    """
+    on: bool
+    cflags: tuple
+    ldflags: tuple
+    why: str
+    warn: bool = False
+
+
+def torch_openmp_runtime():
+    """The OpenMP runtime that torch uses in this process: 'gomp' (GNU libgomp: torch's Linux
+    wheels), 'llvm' (LLVM's libomp: torch's macOS wheels, conda), 'intel' (libiomp5), 'msvc'
+    (vcomp), None (torch's parallel backend is not OpenMP), or 'unknown'.
+
+    Returns
+    -------
+    str or None
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> toolchain.torch_openmp_runtime() in ("gomp", "llvm", "intel", "msvc", "unknown", None)
+    True
+    """
     import torch
-    if "OpenMP" in torch.__config__.parallel_info() and sys.platform.startswith("linux"):
-        return ["-fopenmp"]
-    return []
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return None
+    names = []
+    try:  # Linux: what is mapped (torch brings its runtime up on import)
+        with open("/proc/self/maps") as f:
+            names = [line.split()[-1].rsplit("/", 1)[-1] for line in f if "omp" in line]
+    except OSError:  # not Linux: what torch ships beside its libraries
+        lib = Path(torch.__file__).parent / "lib"
+        names = [p.name for p in lib.glob("*omp*")] if lib.is_dir() else []
+    for prefix, runtime in (("libgomp", "gomp"), ("libiomp5", "intel"), ("libomp", "llvm"),
+                            ("vcomp", "msvc")):
+        if any(n.startswith(prefix) for n in names):
+            return runtime
+    return "unknown"
+
+
+def _torch_root():
+    import torch
+    return Path(torch.__file__).resolve().parent
+
+
+def openmp_plan(cc, runtime, torch_root):
+    """The OpenMP flags of a binding on torch's classic headers for compiler `cc` when torch
+    uses OpenMP `runtime` from `torch_root`, before the probe (``openmp``): the rule, with no
+    compiler call.
+
+    One OpenMP runtime per process: a second one keeps its own thread pool (torch's
+    ``set_num_threads`` no longer holds), and two copies of LLVM's or Intel's runtime end the
+    process ("OMP: Error #15", pytorch #122705). So the binding uses the runtime torch loaded:
+
+    - gcc: ``-fopenmp`` links libgomp, by the soname that torch's Linux wheel loaded first.
+    - clang (Linux): its ``-fopenmp`` code calls LLVM's libomp (``__kmpc_*``), which libgomp
+      lacks: with torch's libgomp that would be a second runtime, so OpenMP is off there
+      (one thread). With torch on LLVM's libomp it is on.
+    - Apple clang: ``-Xclang -fopenmp`` (it has no ``-fopenmp`` driver flag) with torch's own
+      ``include/omp.h`` and ``lib/libomp.dylib`` (``-lomp``, an rpath to torch/lib: dyld takes
+      the copy already loaded, torch PR #123417), as inductor's cpp_builder does; never
+      Homebrew's libomp (another install name, so a second copy).
+    - MSVC: ``/openmp``, as inductor's cpp_builder on Windows.
+
+    Parameters
+    ----------
+    cc : Compiler
+    runtime : str or None
+        ``torch_openmp_runtime()``.
+    torch_root : pathlib.Path
+        torch's package folder (its include/ and lib/).
+
+    Returns
+    -------
+    OpenMP
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from nitorch_jit.jit import toolchain
+    >>> gcc = toolchain.Compiler("g++", "gcc", "12.2.0", "", "linux", "x86_64")
+    >>> toolchain.openmp_plan(gcc, "gomp", Path("/t")).cflags
+    ('-fopenmp',)
+    """
+    if runtime is None:
+        return OpenMP(False, (), (), "not needed: torch's parallel backend is not OpenMP, so "
+                                     "at::parallel_for calls into torch")
+    if cc.kind == "gcc":
+        note = "" if runtime in ("gomp", "unknown") else \
+            f" (torch uses {runtime}: gcc's libgomp is a second runtime)"
+        return OpenMP(True, ("-fopenmp",), ("-fopenmp",), "gcc -fopenmp: libgomp" + note)
+    if cc.kind == "clang":
+        if runtime == "llvm":
+            return OpenMP(True, ("-fopenmp",), ("-fopenmp",),
+                          "clang -fopenmp: LLVM's libomp, the runtime torch loaded")
+        return OpenMP(False, (), (), f"off: clang's -fopenmp code needs LLVM's libomp and "
+                      f"torch runs on {runtime}: a second OpenMP runtime (its own thread pool, "
+                      f"which torch.set_num_threads does not reach) is not loaded, so a binding "
+                      f"on torch's classic headers runs on one thread (g++, or torch >= 2.13 "
+                      f"and its stable-ABI bindings, run torch's threads)", warn=True)
+    if cc.kind == "apple-clang":
+        lib = torch_root / "lib"
+        if not (lib / "libomp.dylib").exists():
+            return OpenMP(False, (), (), f"off: torch ships no libomp.dylib in {lib}, and "
+                          f"another libomp would be a second runtime; one thread", warn=True)
+        return OpenMP(True, ("-Xclang", "-fopenmp", f"-I{torch_root / 'include'}"),
+                      (f"-L{lib}", "-lomp", f"-Wl,-rpath,{lib}"),
+                      "Apple clang -Xclang -fopenmp: torch's own libomp.dylib")
+    return OpenMP(True, ("/openmp",), (), "MSVC /openmp")
+
+
+@functools.lru_cache(None)
+def _probe_openmp(cc, cflags, ldflags):
+    """Whether compiler `cc` builds and links a shared library with these OpenMP flags:
+    None when it does, else the compiler's first error line. One compile (about 0.3 s),
+    once per process and compiler."""
+    with tempfile.TemporaryDirectory(prefix="nitorch_jit_omp_") as tmp:
+        src = Path(tmp) / "omp_probe.cpp"
+        src.write_text('#include <omp.h>\nextern "C" int nj_probe() {\n  int n = 0;\n'
+                       '#pragma omp parallel\n  {\n#pragma omp atomic\n    n += '
+                       'omp_get_num_threads() > 0;\n  }\n  return n;\n}\n')
+        cmd = shared_library_command(cc, [str(src)], str(Path(tmp) / f"p{library_suffix()}"),
+                                     list(cflags), ldflags=list(ldflags), object_dir=tmp)
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp,
+                                 env=dict(os.environ, **msvc_env()))
+        except (OSError, subprocess.SubprocessError) as err:
+            return str(err)
+        if out.returncode == 0:
+            return None
+        lines = [ln for ln in (out.stderr + out.stdout).splitlines() if ln.strip()]
+        return next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "")
+
+
+def openmp(cc=None):
+    """The OpenMP of a classic binding here (``openmp_plan``), checked by compiling a probe
+    once per process and compiler: a compiler that cannot build it gives OpenMP off (one
+    thread, ``warn``), never a failed build.
+
+    A binding on torch's stable ABI (torch >= 2.13) and the kernel libraries need none of
+    this: their threads are torch's own parallel_for (a function in libtorch), so no OpenMP
+    code of ours is compiled, with any compiler.
+
+    Parameters
+    ----------
+    cc : Compiler, optional
+        Default: ``compiler()``.
+
+    Returns
+    -------
+    OpenMP
+
+    Examples
+    --------
+    >>> from nitorch_jit.jit import toolchain
+    >>> toolchain.openmp().on in (True, False)   # doctest: +SKIP
+    True
+    """
+    cc = compiler() if cc is None else cc
+    plan = openmp_plan(cc, torch_openmp_runtime(), _torch_root())
+    if not plan.on:
+        return plan
+    failed = _probe_openmp(cc, plan.cflags, plan.ldflags)
+    if failed is None:
+        return plan
+    return OpenMP(False, (), (), f"off: {cc.describe()} cannot build OpenMP code with "
+                  f"{' '.join(plan.cflags + plan.ldflags)} ({failed}); one thread", warn=True)
+
+
+def openmp_flags():
+    """The compiler flags of ``openmp()`` (empty when off), kept for scripts that build a
+    classic extension themselves."""
+    return list(openmp().cflags)
