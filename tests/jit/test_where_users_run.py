@@ -486,9 +486,17 @@ for _ in range(3):
 
 def test_the_cluster_recipe_shares_with_other_users(other_user, world_dir, monkeypatch,
                                                      capsys):
+    # the other user reads the test's files from a copy it can reach: the checkout may lie
+    # below a folder only its owner can enter (a clone under root's home or `mktemp -d`)
+    data = world_dir / "data"
+    shutil.copytree(DATA, data)
+    data.chmod(0o755)
+    for path in data.iterdir():
+        path.chmod(0o644)
+    tiny, tiny_src = data / TINY.name, data / "tiny_op.cpp"
     shared = world_dir / "shared" / "nitorch_jit"
     env = dict(os.environ, NI_JIT_CACHE_DIR=str(shared), PYTHONPATH=str(REPO))
-    built = subprocess.run([sys.executable, str(TINY), "2"], env=env, capture_output=True,
+    built = subprocess.run([sys.executable, str(tiny), "2"], env=env, capture_output=True,
                            text=True, timeout=600)
     assert built.returncode == 0, built.stderr
     subprocess.run(["chmod", "-R", "go-w", str(shared)], check=True)  # the old recipe
@@ -497,23 +505,20 @@ def test_the_cluster_recipe_shares_with_other_users(other_user, world_dir, monke
     private = Path(other_user.pw_dir) / "cache"
     user_env = dict(env, HOME=other_user.pw_dir,
                     NI_JIT_CACHE_DIR=f"{shared}{os.pathsep}{private}")
-    before = run_as(other_user.pw_uid, other_user.pw_gid, script, DATA / "tiny_op.cpp",
-                    env=user_env)
+    before = run_as(other_user.pw_uid, other_user.pw_gid, script, tiny_src, env=user_env)
     assert before.returncode == 0, before.stderr
     assert before.stdout.count("compiles on first use") == 3  # the old recipe does not share
     assert before.stderr.count(f"cannot read the cache root {shared}") == 1  # said once
     assert "chmod -R a+rX" in before.stderr and "build --shared" in before.stderr
     shared.chmod(0o755)  # a readable root whose entries are not: said too, once
-    half = run_as(other_user.pw_uid, other_user.pw_gid, script, DATA / "tiny_op.cpp",
-                  env=user_env)
+    half = run_as(other_user.pw_uid, other_user.pw_gid, script, tiny_src, env=user_env)
     assert half.stdout.count("compiles on first use") == 3
     assert half.stderr.count("cannot read the cached build") == 1, half.stderr
 
     # the new recipe: one command, which also prints the line users set
     monkeypatch.setenv("NI_JIT_CACHE_DIR", str(shared))
     monkeypatch.setattr(cache, "_SAID", set())
-    spec = jit.ModuleSpec("tiny", "cpu", [DATA / "tiny_op.cpp"], [],
-                          cflags=["-O0", "-DTINY_OFFSET=2"])
+    spec = jit.ModuleSpec("tiny", "cpu", [tiny_src], [], cflags=["-O0", "-DTINY_OFFSET=2"])
     monkeypatch.setattr(cli.backends, "module_spec", lambda m, d, archs: spec)
     # the real modules take minutes: tiny stands in, prebuilt
     assert cli.main(["build", "--shared", "--no-cuda", "splinc"]) == 0
@@ -531,7 +536,7 @@ def test_the_cluster_recipe_shares_with_other_users(other_user, world_dir, monke
         assert stat.S_IMODE((entry / "manifest.json").stat().st_mode) == 0o644
     assert stat.S_IMODE((shared / ".locks").stat().st_mode) == 0o700  # private parts stay so
 
-    after = run_as(other_user.pw_uid, other_user.pw_gid, TINY, "2", env=user_env)
+    after = run_as(other_user.pw_uid, other_user.pw_gid, tiny, "2", env=user_env)
     assert after.returncode == 0, after.stderr
     assert "RESULT [2.0, 2.0, 2.0]" in after.stdout and after.stderr.strip() == ""
     assert not private.exists()  # a verified shared hit writes nothing
