@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
+#include "core/platform.h"
 #include "core/tuning.h"
 #include "regsolve/cpu/plan.h"
 
@@ -13,18 +15,22 @@ namespace regsolve {
 namespace cpu {
 
 
-#if defined(__GNUC__)
+#if defined(NJ_GNU_VECTORS)
 #define NJ_RS_VECTOR 1
-#define NJ_RS_INLINE __attribute__((always_inline)) inline
-// Vectors of B bytes: V in registers, VU for unaligned memory.
+#define NJ_RS_INLINE NJ_ALWAYS_INLINE
+// Vectors of B bytes in registers. Memory is read and written through memcpy, which the
+// compiler turns into one unaligned vector move: a row starts anywhere. (Not through a pointer
+// to a vector type whose typedef lowers its alignment: that attribute is sugar on the typedef,
+// and clang drops it once the lvalue passes through a reference, e.g. a load() returning
+// `const VU&`, and then emits aligned moves that fault, issue 40.)
 template <int B, typename T>
 struct Vec {
   typedef T V __attribute__((vector_size(B)));
-  typedef T VU __attribute__((vector_size(B), aligned(sizeof(T)), may_alias));
   static constexpr int L = B / sizeof(T);
-  // by reference: a vector returned by value changes the ABI where AVX is not enabled
-  static NJ_RS_INLINE const VU& load(const T* p) { return *reinterpret_cast<const VU*>(p); }
-  static NJ_RS_INLINE void store(T* p, const V& v) { *reinterpret_cast<VU*>(p) = v; }
+  // through an out-parameter: a vector returned by value changes the ABI where AVX is not
+  // enabled (gcc warns), and these inline into the AVX2 builds too
+  static NJ_RS_INLINE void load(V& v, const T* p) { std::memcpy(&v, p, sizeof(V)); }
+  static NJ_RS_INLINE void store(T* p, const V& v) { std::memcpy(p, &v, sizeof(V)); }
 };
 
 // o[m] += sum_t cs[t] * base[offs[t] + m] (m < cnt): chunks of U vectors held in registers
@@ -42,11 +48,18 @@ NJ_RS_INLINE void sum_chunks(T* o, int64_t cnt, const T* base, const int64_t* of
     const bool last = m + UL > cnt;
     const int64_t from = last ? cnt - UL : m;
     V a[U];
-    for (int u = 0; u < U; ++u) a[u] = last ? V{} : W::load(o + m + u * L);
+    for (int u = 0; u < U; ++u) {
+      a[u] = V{};
+      if (!last) W::load(a[u], o + m + u * L);
+    }
     for (int t = 0; t < n; ++t) {
       const T* p = base + offs[t] + from;
       const T c = cs[t];
-      for (int u = 0; u < U; ++u) a[u] += c * W::load(p + u * L);
+      for (int u = 0; u < U; ++u) {
+        V x;
+        W::load(x, p + u * L);
+        a[u] += c * x;
+      }
     }
     if (!last) {
       for (int u = 0; u < U; ++u) W::store(o + m + u * L, a[u]);
@@ -68,13 +81,18 @@ NJ_RS_INLINE void sum_short(T* o, int64_t cnt, const T* base, const int64_t* off
   constexpr int64_t L = W::L, want = (U - 1) * L;
   const int64_t last = cnt - L;  // <= want
   V a[U];
-  for (int u = 0; u + 1 < U; ++u) a[u] = W::load(o + u * L);
+  for (int u = 0; u + 1 < U; ++u) W::load(a[u], o + u * L);
   a[U - 1] = V{};
   for (int t = 0; t < n; ++t) {
     const T* p = base + offs[t];
     const T c = cs[t];
-    for (int u = 0; u + 1 < U; ++u) a[u] += c * W::load(p + u * L);
-    a[U - 1] += c * W::load(p + last);
+    V x;
+    for (int u = 0; u + 1 < U; ++u) {
+      W::load(x, p + u * L);
+      a[u] += c * x;
+    }
+    W::load(x, p + last);
+    a[U - 1] += c * x;
   }
   for (int u = 0; u + 1 < U; ++u) W::store(o + u * L, a[u]);
   T buf[L];
@@ -118,7 +136,7 @@ struct VecSqrt {
     for (int l = 0; l < Vec<B, T>::L; ++l) (*v)[l] = std::sqrt((*v)[l]);
   }
 };
-#if defined(__x86_64__)
+#if defined(NJ_X86_64)
 template <>
 struct VecSqrt<16, float> {
   static inline void run(Vec<16, float>::V* v) { *v = __builtin_ia32_sqrtps(*v); }
@@ -129,15 +147,17 @@ struct VecSqrt<16, double> {
     *v = __builtin_ia32_sqrtpd(*v);
   }
 };
+#endif
+#if defined(NJ_AVX2_PATHS)
 template <>
 struct VecSqrt<32, float> {
-  __attribute__((target("avx2"))) static inline void run(Vec<32, float>::V* v) {
+  NJ_TARGET_AVX2 static inline void run(Vec<32, float>::V* v) {
     *v = __builtin_ia32_sqrtps256(*v);
   }
 };
 template <>
 struct VecSqrt<32, double> {
-  __attribute__((target("avx2"))) static inline void run(Vec<32, double>::V* v) {
+  NJ_TARGET_AVX2 static inline void run(Vec<32, double>::V* v) {
     *v = __builtin_ia32_sqrtpd256(*v);
   }
 };
@@ -199,8 +219,8 @@ NJ_RS_INLINE void solve_lanes(const T* const* a, const T* vi, int64_t ldi, T* vo
     if (m + L > m1 && m1 - m0 >= L) m = m1 - L;
     const int64_t n = std::min<int64_t>(L, m1 - m);
     if (n == L) {
-      for (int j = 0; j < NT; ++j) A[j] = W::load(a[j] + m);
-      for (int c = 0; c < NC; ++c) Z[c] = W::load(vi + c * ldi + m);
+      for (int j = 0; j < NT; ++j) W::load(A[j], a[j] + m);
+      for (int c = 0; c < NC; ++c) W::load(Z[c], vi + c * ldi + m);
     } else {
       for (int c = 0; c < NC; ++c) Z[c] = V{};
       for (int64_t l = 0; l < n; ++l)
@@ -248,19 +268,19 @@ inline void solve_lanes_v(NJ_RS_SOLVE_ARGS(float)) {
 inline void solve_lanes_v(NJ_RS_SOLVE_ARGS(double)) {
   solve_lanes_any<16>(NJ_RS_SOLVE_PASS, nc, fact);
 }
-#if defined(__x86_64__)
+#if defined(NJ_AVX2_PATHS)
 #define NJ_RS_AVX2 1
 // Compiled for AVX2 (chosen at run time when the CPU has it; NI_JIT_DISABLE_AVX2=1 disables)
-__attribute__((target("avx2"))) inline void sum_taps_avx2(NJ_RS_SUM_ARGS(float)) {
+NJ_TARGET_AVX2 inline void sum_taps_avx2(NJ_RS_SUM_ARGS(float)) {
   sum_taps_vec<32>(NJ_RS_SUM_PASS);
 }
-__attribute__((target("avx2"))) inline void sum_taps_avx2(NJ_RS_SUM_ARGS(double)) {
+NJ_TARGET_AVX2 inline void sum_taps_avx2(NJ_RS_SUM_ARGS(double)) {
   sum_taps_vec<32>(NJ_RS_SUM_PASS);
 }
-__attribute__((target("avx2"))) inline void solve_lanes_avx2(NJ_RS_SOLVE_ARGS(float)) {
+NJ_TARGET_AVX2 inline void solve_lanes_avx2(NJ_RS_SOLVE_ARGS(float)) {
   solve_lanes_any<32>(NJ_RS_SOLVE_PASS, nc, fact);
 }
-__attribute__((target("avx2"))) inline void solve_lanes_avx2(NJ_RS_SOLVE_ARGS(double)) {
+NJ_TARGET_AVX2 inline void solve_lanes_avx2(NJ_RS_SOLVE_ARGS(double)) {
   solve_lanes_any<32>(NJ_RS_SOLVE_PASS, nc, fact);
 }
 #endif
@@ -268,8 +288,7 @@ __attribute__((target("avx2"))) inline void solve_lanes_avx2(NJ_RS_SOLVE_ARGS(do
 
 inline bool use_avx2() {
 #if defined(NJ_RS_AVX2)
-  static const bool cpu = __builtin_cpu_supports("avx2");
-  return cpu && tuning::get(tuning::kAvx2);
+  return platform::cpu_has_avx2_fma() && tuning::get(tuning::kAvx2);
 #else
   return false;
 #endif
