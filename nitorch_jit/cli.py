@@ -117,6 +117,30 @@ def _runtime_note():
     return f"C++ runtime: builds against {built[0]}, loaded {loaded[0]}: compatible{note}"
 
 
+def _compiler_lines():
+    """What ``info`` says of the C++ compiler: its kind and version, how the CPU kernels run
+    threads (OpenMP or torch's own parallel_for, and why), the fast paths, the C++ runtime."""
+    cc = toolchain.compiler()
+    abi, _ = _try(backends.compiled.binding_abi)
+    threads, err = _try(lambda: backends.compiled.threads("pushpull", "cpu", abi=abi))
+    return [f"compiler: {cc.describe()}, building for {cc.target} {cc.machine}",
+            f"threads: {threads or err}",
+            f"fast paths: {toolchain.fast_paths(cc)}",
+            _runtime_note()]
+
+
+def _devices():
+    """The device types ``info`` previews: cpu, and those this torch has (cuda, mps, xpu)."""
+    devices = ["cpu"] + (["cuda"] if torch.version.cuda else [])
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        devices.append("mps")
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        devices.append("xpu")
+    return devices
+
+
 def cmd_info(args):
     print(f"nitorch_jit {__import__('nitorch_jit').__version__}")
     print(f"torch       {torch.__version__} (git {torch.version.git_version[:10]}), "
@@ -129,7 +153,8 @@ def cmd_info(args):
         got, err = _try(fn)
         print(f"  {label:10s}{' | '.join(got) if got else 'MISSING: ' + err}")
         if label == "c++" and got:
-            print(f"  {'':10s}{_runtime_note()}")
+            for line in _compiler_lines():
+                print(f"  {'':10s}{line}")
     home, err = _try(toolchain.find_cuda_home)
     if home:
         ver, verr = _try(lambda: toolchain.nvcc_version(home[0]))
@@ -170,8 +195,7 @@ def cmd_info(args):
             "; CUDA: classic headers, keyed on this torch") if torch.version.cuda else ""))
     print("backend per device (NI_COMPILED_BACKEND="
           f"{os.environ.get('NI_COMPILED_BACKEND', '') or 'unset'})")
-    devices = ["cpu"] + (["cuda"] if torch.version.cuda else [])
-    for d in devices:
+    for d in _devices():
         for m in _modules_with_sources("cpu"):
             if d == "cuda" and m not in _modules_with_sources("cuda"):
                 print(f"  {d:5s} {m:10s} TORCH: no CUDA sources for this module yet")

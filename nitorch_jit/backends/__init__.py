@@ -58,7 +58,7 @@ def requested():
     return _ALIASES[value.upper()]
 
 
-def plan(module, want):
+def plan(module, want, device_type=None):
     """The providers to try for `module`, in order: the policy, written once.
 
     Parameters
@@ -67,6 +67,12 @@ def plan(module, want):
         A module of ``MODULES``.
     want : {'C', 'TORCH', 'MONAI'} or None
         What ``NI_COMPILED_BACKEND`` asks for (``requested()``).
+    device_type : str, optional
+        The tensors' device type. One we have no compiled kernels for (``mps``, ``xpu``,
+        anything but ``compiled.DEVICE_TYPES``) gets the pure-PyTorch twins, which run on
+        that device (never a copy to the CPU): no compiler is asked and no fallback warned
+        about, as there is nothing to fix. Asked for C or MONAI by name there, the one
+        provider's error says that the device has no such kernels.
 
     Returns
     -------
@@ -80,8 +86,13 @@ def plan(module, want):
     ['C', 'MONAI', 'TORCH']
     >>> [p.NAME for p in backends.plan("resize", "MONAI")]  # MONAI has no resize
     ['C', 'TORCH']
+    >>> [p.NAME for p in backends.plan("pushpull", None, "mps")]
+    ['TORCH']
+    >>> [p.NAME for p in backends.plan("pushpull", "C", "mps")]  # its error names the device
+    ['C']
     """
-    if want == "TORCH":
+    if want == "TORCH" or (want is None and device_type is not None
+                           and device_type not in compiled.DEVICE_TYPES):
         return [portable]
     if want == "MONAI" and monai.serves(module):
         return [monai]
@@ -157,7 +168,7 @@ def _all_failed(module, device_type, failed):
 def _choose(module, device_type, want):
     """Walk plan(): the first provider that registers wins; returns (name, reason)."""
     failed = []  # (provider, error) of those tried before
-    for provider in plan(module, want):
+    for provider in plan(module, want, device_type):
         try:
             where = provider.register(module, device_type)
         except Exception as err:  # anything: a provider's failure never ends the walk here
@@ -170,6 +181,8 @@ def _choose(module, device_type, want):
             if want == provider.NAME and provider is not compiled:
                 return provider.NAME, f"NI_COMPILED_BACKEND={want}: {where}"
             note = " (no MONAI equivalent)" if want == "MONAI" else ""
+            if device_type not in compiled.DEVICE_TYPES:
+                note += f" (no compiled kernels for {device_type.upper()})"
             return provider.NAME, where + note
         first = failed[0][1]  # why our compiled kernels could not serve
         if provider is monai:
@@ -240,13 +253,16 @@ def preview(module, device_type):
     except BackendError as err:
         return "error", str(err)
     failed = []
-    for provider in plan(module, want):
+    providers = plan(module, want, device_type)
+    for provider in providers:
         ok, line = provider.describe(module, device_type)
         if ok:
             if provider.NAME == want and provider is not compiled:
                 return provider.NAME, f"NI_COMPILED_BACKEND={want}: {line}"
+            if device_type not in compiled.DEVICE_TYPES:
+                line += f" (no compiled kernels for {device_type.upper()})"
             return provider.NAME, "; ".join(failed + [line]) if failed else line
-        if len(plan(module, want)) == 1:
+        if len(providers) == 1:
             return "error", line
         # the compiled provider's reason in full; a fallback's in a word (info's MONAI
         # section has its long one)
@@ -317,7 +333,7 @@ def _device_type(device):
 def _prefetch(module, device_type, kernel):
     """Start the build of the kernel a first call needs, where the C provider is in the plan."""
     try:
-        if compiled not in plan(module, requested()):
+        if compiled not in plan(module, requested(), device_type):
             return
     except BackendError:
         return  # ensure() says why

@@ -400,6 +400,16 @@ def library_file(spec, folder):
     return Path(folder) / f"{spec.library_name}{toolchain.library_suffix()}"
 
 
+def _compiler_hint():
+    """What to do when the compiler fails on our sources: name it, and what to install."""
+    try:
+        cc = toolchain.compiler().describe()
+    except toolchain.ToolchainError:
+        cc = "the C++ compiler"
+    return (f"The compiler, {cc}, could not build it: install {toolchain.install_hint()}, "
+            f"or point CXX at another compiler.")
+
+
 def _compile_command(spec, tmp):
     """The one compiler call that builds a library of a `direct` spec (no Python started): its
     flags say everything (standard, defines, include folders, libraries). A CPU library is
@@ -608,7 +618,7 @@ def _build(spec, key, name, seat=None):
             raise BuildError(
                 f"compiling {what} failed: {_first_error(log)}\n"
                 f"Full log: {log}\n(NI_JIT_VERBOSE=1 shows the compiler's output as it runs; "
-                f"'nitorch-jit info' checks the toolchain.)")
+                f"'nitorch-jit info' checks the toolchain.) {_compiler_hint()}")
         cache.write_manifest(tmp, key, library, seconds)
         # the published entry, a verified one published meanwhile, or our own private build
         folder = cache.publish(tmp, root / name, key)
