@@ -188,6 +188,9 @@ class Output:
 
     def store(self, result):
         """Round / clip / cast a float (or complex) result like scipy, into the target.
+        A new result is C-contiguous, as scipy's are: the pipelines give some back permuted
+        (rotate in a leading plane, zoom / shift with unchanged axes after changed ones), and
+        the compiled route promises one layout for every call (``_routes.call_op``).
         Inside ``planning()``: an array of the result's shape and dtype (no data: a broadcast
         NumPy zero, or a tensor on the meta device)."""
         if is_planning():
@@ -199,8 +202,9 @@ class Output:
             if self.target is not None:
                 self.target.copy_(out.reshape(self.shape))
                 return self.target
-            return out.reshape(self.shape)
-        res = result.reshape(self.shape)
+            return out.reshape(self.shape).contiguous()
+        # (the copy in torch, threaded; NumPy's casts below keep a C-contiguous layout)
+        res = result.reshape(self.shape).contiguous()
         res = res.cpu().numpy() if res.device.type != "cpu" else res.numpy()
         out = cast_numpy(res, self.np_dtype)
         if self.target is not None:
@@ -250,5 +254,5 @@ def unaliased(res, inp):
     if is_planning():
         return res
     if res.untyped_storage().data_ptr() == inp.tensor.untyped_storage().data_ptr():
-        return res.clone()
+        return res.clone(memory_format=torch.contiguous_format)  # (store keeps it as is)
     return res

@@ -11,7 +11,10 @@
   is specialised on, everything else as a literal (``spec``). What cannot enter a graph (an
   ``output`` array to write into, a non-array input, ...) runs eagerly through a
   ``torch.compiler.disable``'d twin whose reason names the argument: an error under
-  ``fullgraph=True``, a graph break otherwise.
+  ``fullgraph=True``, a graph break otherwise. The op's result is a new C-contiguous tensor,
+  as the fake kernel promises. Dynamo hands a NumPy result of ours back as the same kind of
+  traced array as any NumPy result, whose ``.dtype`` it refuses (graph break gb0157): on
+  import, ``trace_ndarray_dtype`` teaches it that attribute.
 """
 import ast
 import functools
@@ -195,6 +198,48 @@ def _traced_geometric(bound, twins, args, kwargs):
                    {k: bound[k] for k in keys}, twins, (inp, coords), {})
 
 
+def trace_ndarray_dtype():
+    """Let dynamo trace ``.dtype`` on the NumPy arrays it traces (returns whether it can).
+
+    torch 2.13's ``NumpyNdarrayVariable.var_getattr`` traces ``shape``, ``ndim``, ``size``
+    and ``itemsize`` from the array's example tensor, but breaks the graph on ``dtype``
+    (gb0157) on every traced ndarray, ours or NumPy's: a NumPy function's ``dtype=v.dtype``
+    after one of our calls broke the graph. The dtype is as static as ``itemsize`` (the
+    example tensor's, guarded with it), so it becomes a constant NumPy dtype, the variable
+    dynamo itself makes of ``np.dtype(...)``. Other attributes, and dtypes NumPy lacks
+    (bfloat16), keep dynamo's own answer. Process-wide, once; a torch without these classes
+    is left as it is."""
+    try:
+        from torch._dynamo.variables.misc import NumpyDTypeVariable
+        from torch._dynamo.variables.tensor import NumpyNdarrayVariable
+    except ImportError:
+        return False
+    original = NumpyNdarrayVariable.var_getattr
+    if getattr(original, "nitorch_jit_dtype", False):
+        return True
+
+    class TracedDtype(NumpyDTypeVariable):
+        def reconstruct(self, codegen):
+            # a dtype the compiled function returns (or keeps past a break): a global of the
+            # frame, as dynamo reconstructs torch objects (NumPy's dtypes are singletons)
+            codegen.extend_output(codegen.setup_globally_cached(
+                f"__nitorch_jit_np_{self.value.name}", self.value))
+
+    def var_getattr(self, tx, name):
+        if name == "dtype":
+            example = self.as_proxy().node.meta.get("example_value")
+            dtype = NP_OF_TORCH.get(getattr(example, "dtype", None))
+            if dtype is not None:
+                return TracedDtype(dtype)
+        return original(self, tx, name)
+    var_getattr.nitorch_jit_dtype = True
+    NumpyNdarrayVariable.var_getattr = var_getattr
+    return True
+
+
+trace_ndarray_dtype()
+
+
 def _standin(key, t, is_numpy, spec):
     """At trace time, what the eager function sees for an array argument: the data as a
     placeholder (its shape and dtype, no data); a value as one that passes every check."""
@@ -243,13 +288,16 @@ def _decode(spec, arrays, numbers, fake):
 @torch.library.custom_op("nitorch_jit_ndimage::call", mutates_args=())
 def call_op(name: str, arrays: list[torch.Tensor], numbers: list[float],
             spec: str) -> torch.Tensor:
-    """The eager function `name` on the decoded arguments, as a tensor (a new one)."""
+    """The eager function `name` on the decoded arguments, as a new C-contiguous tensor:
+    the layout the fake kernel promises, whatever the function's own (the fake sees shapes,
+    never the real layouts; the eager results are C-contiguous already, as scipy's)."""
     res = EAGER[name](**_decode(spec, arrays, numbers, fake=False))
     if isinstance(res, np.ndarray):
         res = torch.from_numpy(res)
-    if any(res.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
-           for a in arrays):
-        res = res.clone()  # a custom op's output may not alias its inputs
+    if not res.is_contiguous() or any(  # a custom op's output may not alias its inputs
+            res.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+            for a in arrays):
+        res = res.clone(memory_format=torch.contiguous_format)
     return res
 
 
