@@ -154,12 +154,12 @@ inline void run_kernel(std::atomic<nj_kernel_fn>& slot, const char* module, cons
 
 // The binding library's C entries (once per library, beside NJ_DEFINE_SET_TUNING()).
 #define NJ_DEFINE_BINDING_EXPORTS()                                                          \
-  extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_bind_kernel(         \
+  extern "C" NJ_EXPORT int64_t nitorch_jit_bind_kernel(         \
       const char* name, void* fn) {                                                          \
     nitorch_jit::binding::Kernels::get().bind(name, reinterpret_cast<nj_kernel_fn>(fn));     \
     return NJ_HOST_ABI;                                                                      \
   }                                                                                          \
-  extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_set_resolver(        \
+  extern "C" NJ_EXPORT int64_t nitorch_jit_set_resolver(        \
       void* fn) {                                                                            \
     nitorch_jit::binding::Kernels::get().set_resolver(reinterpret_cast<nj_resolver_fn>(fn)); \
     return NJ_HOST_ABI;                                                                      \

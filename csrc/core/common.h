@@ -10,11 +10,16 @@
 #define NJ_NO_UNROLL _Pragma("unroll 1")
 #define NJ_LAMBDA_INLINE
 #else
+#include "core/platform.h"
 #define NJ_HD
-#define NJ_INLINE inline __attribute__((always_inline))
+#define NJ_INLINE NJ_ALWAYS_INLINE
 #define NJ_UNROLL  // gcc/clang fully unroll loops with small constant trip counts at -O3
 #define NJ_NO_UNROLL
+#if defined(_MSC_VER) && !defined(__clang__)
+#define NJ_LAMBDA_INLINE  // MSVC has no attribute for a lambda's operator()
+#else
 #define NJ_LAMBDA_INLINE __attribute__((always_inline))
+#endif
 #endif
 
 namespace nitorch_jit {

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "core/platform.h"  // NJ_EXPORT
+
 extern "C" {
 
 // One range of a parallel loop: fn(ctx, begin, end). It must not throw (kernels catch first).
@@ -129,7 +131,7 @@ int run_entry(const nj_host* h, char* err, int64_t err_len, const F& f) {
 
 // Defines the entry `nj_<name>` of a kernel library: `body` runs with `call` cast to `Type`.
 #define NJ_KERNEL_ENTRY(name, Type, body)                                                  \
-  extern "C" __attribute__((visibility("default"))) int nj_##name(                         \
+  extern "C" NJ_EXPORT int nj_##name(                         \
       const nj_host* host_, const void* call_, char* err_, int64_t err_len_) {              \
     const Type& call = *static_cast<const Type*>(call_);                                   \
     return nitorch_jit::host::run_entry(host_, err_, err_len_, [&] { body; });              \

@@ -16,17 +16,21 @@
 //   NJ_EXPORT          an extern "C" entry point that the loader finds by name in a library
 //                      built with hidden visibility (-fvisibility=hidden) or on Windows
 //   nitorch_jit::platform::cpu_has_avx2_fma()  run-time check: the CPU and OS run AVX2 + FMA
+//
+// -DNJ_PORTABLE_ONLY turns NJ_GNU_VECTORS and NJ_AVX2_PATHS off: the portable code that MSVC
+// compiles, built and tested here by gcc or clang.
 #pragma once
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define NJ_X86_64 1
 #endif
 
-#if defined(__GNUC__)
+#if defined(__GNUC__) && !defined(NJ_PORTABLE_ONLY)
 #define NJ_GNU_VECTORS 1
 #endif
 
-#if defined(NJ_X86_64) && defined(__GNUC__)
+// not under nvcc: its device pass knows no x86 target attribute (no .cu file has AVX2 code)
+#if defined(NJ_X86_64) && defined(NJ_GNU_VECTORS) && !defined(__CUDACC__)
 #define NJ_AVX2_PATHS 1
 #define NJ_TARGET_AVX2 __attribute__((target("avx2")))
 #define NJ_TARGET_AVX2_FMA __attribute__((target("avx2,fma")))
@@ -58,13 +62,13 @@ namespace platform {
 // Whether this CPU (and its OS, which must save the YMM registers) runs AVX2 and FMA; false
 // where no AVX2 code is compiled. Read once: the answer does not change while we run.
 inline bool cpu_has_avx2_fma() {
-#if defined(NJ_X86_64) && defined(__GNUC__)
+#if defined(NJ_AVX2_PATHS)
   static const bool yes = [] {
     __builtin_cpu_init();  // harmless after the constructors, needed before them
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();
   return yes;
-#elif defined(NJ_X86_64) && defined(_MSC_VER)
+#elif defined(NJ_X86_64) && defined(_MSC_VER) && !defined(__clang__)
   // No AVX2 path is compiled by MSVC today (NJ_AVX2_PATHS); the check is here for when one is.
   static const bool yes = [] {
     int r[4];

@@ -52,7 +52,7 @@ inline int64_t get(Knob k) {
 //   `int64_t nitorch_jit_adopt_process_state(void* p)`: use `p` (another library's) from now
 //   on; 0, or this library's NJ_PROCESS_ABI when `p` was made with another (nothing changes).
 #define NJ_DEFINE_SET_TUNING()                                                          \
-  extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_set_tuning(     \
+  extern "C" NJ_EXPORT int64_t nitorch_jit_set_tuning(     \
       const int64_t* v, int64_t n) {                                                    \
     for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
       __atomic_store_n(nitorch_jit::tuning::values() + k, v[k], __ATOMIC_RELAXED);      \
@@ -61,16 +61,16 @@ inline int64_t get(Knob k) {
     if (blocks != nullptr) blocks->trim();                                              \
     return nitorch_jit::tuning::kNumKnobs;                                              \
   }                                                                                     \
-  extern "C" __attribute__((visibility("default"))) int64_t nitorch_jit_get_tuning(     \
+  extern "C" NJ_EXPORT int64_t nitorch_jit_get_tuning(     \
       int64_t* v, int64_t n) {                                                          \
     for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
       v[k] = nitorch_jit::tuning::get(static_cast<nitorch_jit::tuning::Knob>(k));       \
     return nitorch_jit::tuning::kNumKnobs;                                              \
   }                                                                                     \
-  extern "C" __attribute__((visibility("default"))) void* nitorch_jit_process_state() { \
+  extern "C" NJ_EXPORT void* nitorch_jit_process_state() { \
     return nitorch_jit::process::current();                                             \
   }                                                                                     \
-  extern "C" __attribute__((visibility("default"))) int64_t                             \
+  extern "C" NJ_EXPORT int64_t                             \
   nitorch_jit_adopt_process_state(void* p) {                                            \
     auto* state = static_cast<nj_process*>(p);                                          \
     if (state->abi != NJ_PROCESS_ABI) return NJ_PROCESS_ABI;                            \

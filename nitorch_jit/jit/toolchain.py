@@ -943,3 +943,99 @@ def openmp_flags():
     """The compiler flags of ``openmp()`` (empty when off), kept for scripts that build a
     classic extension themselves."""
     return list(openmp().cflags)
+
+
+# ----------------------------------------------------------------------------- sanitizers
+SANITIZERS = ("address", "undefined")
+
+
+def sanitizer_flags(cc=None, check_runtime=True):
+    """The flags of a sanitized build (``NI_JIT_SANITIZE``): kernel libraries and bindings
+    compiled and linked with AddressSanitizer and UndefinedBehaviorSanitizer (issue 40). They
+    are flags like any other, so they enter the cache key: these builds never mix with normal
+    ones.
+
+    ``NI_JIT_SANITIZE``: unset, empty or ``0``: none (``[]``). ``1`` (``on``, ``yes``,
+    ``true``): ``address,undefined``. Else a list of ``address`` and ``undefined``
+    (``address,undefined``, ``undefined``). The flags: ``-fsanitize=<list>
+    -fno-sanitize-recover=all`` (the first UBSan report ends the process, as ASan's does),
+    ``-fno-omit-frame-pointer -g1`` (reports with whole stacks and line numbers), ``-O1``
+    (after the build's own level: sanitizers are documented at -O1, and a kernel library
+    compiles in half the time of -O3), and with clang ``-shared-libsan`` (its runtime as the
+    shared library that the process preloads).
+
+    A sanitized library loads only into a process that started with the sanitizer's runtime
+    (``LD_PRELOAD``): python is not built with it, and ASan must come first. Without it, the
+    load would end the process (gcc's runtime aborts) or fail on undefined symbols (clang's),
+    so this raises first, naming the command that works.
+
+    Parameters
+    ----------
+    cc : Compiler, optional
+        Default: ``compiler()``.
+    check_runtime : bool
+        Raise when the runtime the flags need is not loaded in this process (Linux).
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    ToolchainError
+        An unknown sanitizer, a compiler without them here (MSVC), or (check_runtime) the
+        runtime not preloaded.
+
+    Examples
+    --------
+    >>> import os
+    >>> from nitorch_jit.jit import toolchain
+    >>> gcc = toolchain.Compiler("g++", "gcc", "12.2.0", "", "linux", "x86_64")
+    >>> os.environ["NI_JIT_SANITIZE"] = "undefined"
+    >>> toolchain.sanitizer_flags(gcc, check_runtime=False)
+    ['-fsanitize=undefined', '-fno-sanitize-recover=all', '-fno-omit-frame-pointer', '-g1', '-O1']
+    >>> del os.environ["NI_JIT_SANITIZE"]
+    >>> toolchain.sanitizer_flags(gcc)
+    []
+    """
+    text = os.environ.get("NI_JIT_SANITIZE", "").strip().lower()
+    if text in ("", "0", "off", "no", "false"):
+        return []
+    names = list(SANITIZERS) if text in ("1", "on", "yes", "true") \
+        else sorted(set(n for n in re.split(r"[,\s]+", text) if n))
+    unknown = [n for n in names if n not in SANITIZERS]
+    if unknown:
+        raise ToolchainError(f"NI_JIT_SANITIZE={text!r}: unknown sanitizer(s) "
+                             f"{', '.join(unknown)}; expected 1, or a list of "
+                             f"{', '.join(SANITIZERS)}")
+    cc = compiler() if cc is None else cc
+    if cc.kind not in ("gcc", "clang", "apple-clang"):
+        raise ToolchainError(f"NI_JIT_SANITIZE: sanitized builds need gcc or clang, not "
+                             f"{cc.describe()}")
+    flags = [f"-fsanitize={','.join(names)}", "-fno-sanitize-recover=all",
+             "-fno-omit-frame-pointer", "-g1", "-O1"]
+    clang = cc.kind != "gcc"
+    if clang:
+        flags.append("-shared-libsan")
+    # gcc links libubsan as a needed library (it loads by itself); ASan, and any clang runtime,
+    # must be preloaded
+    if not check_runtime or (not clang and "address" not in names) \
+            or not sys.platform.startswith("linux"):
+        return flags
+    arch = platform.machine()
+    runtime = (f"libclang_rt.{'asan' if 'address' in names else 'ubsan_standalone'}-{arch}.so"
+               if clang else "libasan.so")
+    try:
+        with open("/proc/self/maps") as f:
+            loaded = any(runtime.split(".so")[0] in line for line in f)
+    except OSError:
+        return flags  # cannot tell: the loader's own message will say
+    if not loaded:
+        found = _run_version([cc.path, f"-print-file-name={runtime}"]) or runtime
+        raise ToolchainError(
+            f"NI_JIT_SANITIZE={text}: a library built with -fsanitize={','.join(names)} by "
+            f"{cc.describe()} loads only into a process started with the sanitizer runtime "
+            f"preloaded; none is loaded here. Start Python as: "
+            f"LD_PRELOAD={found} ASAN_OPTIONS=detect_leaks=0 python ... "
+            f"(detect_leaks=0: Python itself leaks at exit). Or unset NI_JIT_SANITIZE.")
+    return flags

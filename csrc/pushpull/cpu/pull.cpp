@@ -5,7 +5,9 @@
 #include "pushpull/cpu/avx2/select.h"
 #include "pushpull/cpu/loop.h"
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#include "core/platform.h"
+
+#if defined(NJ_AVX2_PATHS)  // x86-64, gcc or clang (core/platform.h)
 #include <immintrin.h>
 #endif
 
@@ -64,7 +66,7 @@ struct GradOp {
   }
 };
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#if defined(NJ_AVX2_PATHS)  // x86-64, gcc or clang (core/platform.h)
 // ---------------------------------------------------------------------------------------------
 // Order-1 pull of float32 in D = 2, 3 with AVX2 + FMA (compiled for that target only, chosen at
 // run time when the CPU has it): 8 points of a grid row at a time, coordinates, interior test,
@@ -86,7 +88,7 @@ struct Pull1Avx2 {
       : G(G_), op(op_), scalar(G_, op_), rule(G_, DIM) {}
 
   template <class Row>
-  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& gp, int64_t count) {
+  NJ_TARGET_AVX2_FMA void row(Point pt, const Row& gp, int64_t count) {
     constexpr int first = 3 - DIM;
     const int64_t g2 = G.g[2];
     const __m256i lane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
@@ -145,7 +147,7 @@ struct Pull1Avx2 {
   }
 
   // bilinear in dims 1, 2 from p (one offset along dim 0)
-  __attribute__((target("avx2,fma"), always_inline)) static inline __m256 plane(
+  NJ_TARGET_AVX2_FMA __attribute__((always_inline)) static inline __m256 plane(
       const float* p, __m256i base, int64_t s1, int64_t s2, const __m256* w0, const __m256* w1) {
     const __m256 v00 = _mm256_i32gather_ps(p, base, 4);
     const __m256 v01 = _mm256_i32gather_ps(p + s2, base, 4);
@@ -168,7 +170,7 @@ struct Pull1Avx2 {
 };
 
 bool pull1_avx2_usable(const Geom& G) {
-  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool cpu = platform::cpu_has_avx2_fma();
   if (!cpu || (G.D != 2 && G.D != 3)) return false;
   for (int k = G.first(); k < 3; ++k)
     if (G.order[k] != 1) return false;

@@ -4,7 +4,9 @@
 // fractional positions).
 #pragma once
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#include "core/platform.h"
+
+#if defined(NJ_AVX2_PATHS)  // x86-64, gcc or clang (core/platform.h)
 #include <type_traits>
 
 #include "pushpull/cpu/avx2/lanes.h"
@@ -121,7 +123,7 @@ struct MirrorFold {
     }
   }
 
-  __attribute__((target("avx2,fma"), always_inline)) inline V operator()(int k, V x) const {
+  NJ_TARGET_AVX2_FMA __attribute__((always_inline)) inline V operator()(int k, V x) const {
     if (!on[k]) return x;
     const V outside = bor(cmp<_CMP_LT_OQ>(x, splat(lo[k])), cmp<_CMP_GT_OQ>(x, splat(hi[k])));
     if (!any(outside)) return x;  // most blocks (folding all cost an order-3 pull ~15%)
@@ -192,7 +194,7 @@ struct Coords2d {
   bool pull_last;          // a pull's, order 1: x == n - 1 is interior (LastCell)
   __m256 last1, last2, cell1, cell2;  // n - 1, n - 2 along dims 1, 2
 
-  __attribute__((target("avx2,fma"))) explicit Coords2d(const Geom& G, bool pull = false)
+  NJ_TARGET_AVX2_FMA explicit Coords2d(const Geom& G, bool pull = false)
       : packed(G.gD == 1 && G.g[2] == 2), fold(G, pull), pull_last(pull && O == 1) {
     lane = row_lanes(G);
     shift = _mm256_set1_ps(static_cast<float>((O - 1) / 2));  // first tap offset
@@ -207,7 +209,7 @@ struct Coords2d {
   }
 
   template <class Row>
-  __attribute__((target("avx2,fma"), always_inline)) inline void load(const Row& r, int64_t l,
+  NJ_TARGET_AVX2_FMA __attribute__((always_inline)) inline void load(const Row& r, int64_t l,
                                                                       Block2d& blk) const {
     __m256 x1, x2;
     if constexpr (std::is_same_v<Row, GridRow<float>>) {
@@ -273,7 +275,7 @@ struct Coords3d {
   bool pull;               // a pull's: the last voxel's coordinate n - 1 is interior (LastCell)
   __m256 last[3], cell[3];  // n - 1, n - 2
 
-  __attribute__((target("avx2,fma"))) explicit Coords3d(const Geom& G, bool pull_ = false)
+  NJ_TARGET_AVX2_FMA explicit Coords3d(const Geom& G, bool pull_ = false)
       : clip(!G.extrapolate), fold(G, pull_), pull(pull_) {
     lane = row_lanes(G);
     const CoordRule<float> rule(G, 3);
@@ -288,7 +290,7 @@ struct Coords3d {
   }
 
   template <class Row>
-  __attribute__((target("avx2,fma"), always_inline)) inline void load(const Row& r, int64_t l,
+  NJ_TARGET_AVX2_FMA __attribute__((always_inline)) inline void load(const Row& r, int64_t l,
                                                                       Block3d& blk) const {
     const __m256i minus1 = _mm256_set1_epi32(-1);
     __m256i inside = minus1, base = _mm256_setzero_si256();

@@ -4,7 +4,9 @@
 // time when the CPU has it.
 #pragma once
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#include "core/platform.h"
+
+#if defined(NJ_AVX2_PATHS)  // x86-64, gcc or clang (core/platform.h)
 #include <immintrin.h>
 
 #include <cstdint>
@@ -17,7 +19,7 @@ namespace cpu {
 // deinterleave of a packed [.., 2] grid yields, and what the pair gathers take as indices (the
 // pairs of points 0 1 4 5 and 2 3 6 7 deinterleave to the natural order). nat() maps S to the
 // natural order (64-bit chunks 0 2 1 3).
-#define NJ_AVX2 __attribute__((target("avx2,fma"), always_inline)) inline
+#define NJ_AVX2 NJ_TARGET_AVX2_FMA __attribute__((always_inline)) inline
 
 NJ_AVX2 __m256 nat_ps(__m256 v) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));

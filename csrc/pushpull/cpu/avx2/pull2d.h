@@ -1,7 +1,9 @@
 // The 2-D grid_pull / affine_pull fast paths of float32, orders 1 and 3 (select.h chooses them).
 #pragma once
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#include "core/platform.h"
+
+#if defined(NJ_AVX2_PATHS)  // x86-64, gcc or clang (core/platform.h)
 #include <algorithm>
 
 #include "pushpull/cpu/avx2/coords.h"
@@ -21,7 +23,7 @@ struct Pull2dLinearAvx2 : Avx2Path<1, 2, 0, Op> {
   static constexpr int kChunk = 32;  // blocks whose weights are kept (4 KiB)
 
   template <class Row>
-  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+  NJ_TARGET_AVX2_FMA void row(Point pt, const Row& r, int64_t count) {
     const Coords2d<1> coords(G, true);
     const int64_t s1 = G.sst[1];
     const float* ib = op.in + pt.b * op.sB;
@@ -67,7 +69,7 @@ struct Pull2dCubicAvx2 : Avx2Path<3, 2, 0, Op> {
   using Base::Base, Base::G, Base::op;
 
   template <class Row>
-  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+  NJ_TARGET_AVX2_FMA void row(Point pt, const Row& r, int64_t count) {
     const Coords2d<3> coords(G, true);
     const int64_t s1 = G.sst[1];
     const float* ib = op.in + pt.b * op.sB;

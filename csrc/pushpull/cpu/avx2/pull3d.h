@@ -2,7 +2,9 @@
 // them), and CubicLanes, the lane traits of the float64 and order-3 paths.
 #pragma once
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#include "core/platform.h"
+
+#if defined(NJ_AVX2_PATHS)  // x86-64, gcc or clang (core/platform.h)
 #include <algorithm>
 
 #include "pushpull/cpu/avx2/coords.h"
@@ -28,7 +30,7 @@ struct Pull3dAvx2 : Avx2Path<1, 3, 0, Op> {
   static constexpr int kChunk = 16;  // blocks whose weights are kept (16 KiB)
 
   template <class Row>
-  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+  NJ_TARGET_AVX2_FMA void row(Point pt, const Row& r, int64_t count) {
     const Coords3d coords(G, true);
     const int64_t s0 = G.sst[0], s1 = G.sst[1];
     const float* ib = op.in + pt.b * op.sB;
@@ -257,7 +259,7 @@ struct Pull3dLinearAvx2d : Avx2Path<1, 3, 0, Op, double> {
   using V = __m256d;
 
   template <class Row>
-  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+  NJ_TARGET_AVX2_FMA void row(Point pt, const Row& r, int64_t count) {
     const auto lane = L::lanes(G);
     const auto minus1 = L::ivec(-1);
     decltype(L::ivec(0)) st[3];
@@ -327,7 +329,7 @@ struct Pull3dCubicAvx2 : Avx2Path<3, 3, 0, Op, T> {
   static constexpr int N = L::N;
 
   template <class Row>
-  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+  NJ_TARGET_AVX2_FMA void row(Point pt, const Row& r, int64_t count) {
     using V = typename L::V;
     const auto lane = L::lanes(G);
     const auto minus1 = L::ivec(-1);

@@ -2,7 +2,9 @@
 // push.cpp's PullBackOp calls them).
 #pragma once
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#include "core/platform.h"
+
+#if defined(NJ_AVX2_PATHS)  // x86-64, gcc or clang (core/platform.h)
 #include "pushpull/cpu/avx2/coords.h"
 #include "pushpull/cpu/avx2/rows.h"
 
@@ -22,7 +24,7 @@ struct PullBack2dAvx2 : Avx2Path<1, 2, 1, Op> {
   using Base::Base, Base::G, Base::op;
 
   template <class Row>
-  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+  NJ_TARGET_AVX2_FMA void row(Point pt, const Row& r, int64_t count) {
     const Coords2d<1> coords(G);
     const int64_t s1 = G.sst[1];
     const int64_t vstep = op.gs.s[2];  // incoming gradient: stride along the row
@@ -90,7 +92,7 @@ struct PullBack3dAvx2 : Avx2Path<1, 3, 1, Op> {
   using Base::Base, Base::G, Base::op;
 
   template <class Row>
-  __attribute__((target("avx2,fma"))) void row(Point pt, const Row& r, int64_t count) {
+  NJ_TARGET_AVX2_FMA void row(Point pt, const Row& r, int64_t count) {
     const Coords3d coords(G);
     const int64_t s0 = G.sst[0], s1 = G.sst[1];
     const int64_t vstep = op.gs.s[2];

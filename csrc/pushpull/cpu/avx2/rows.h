@@ -3,7 +3,9 @@
 // lanes, a chunk of blocks at a time, then its tail (Avx2Path).
 #pragma once
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#include "core/platform.h"
+
+#if defined(NJ_AVX2_PATHS)  // x86-64, gcc or clang (core/platform.h)
 #include <algorithm>
 
 #include "pushpull/cpu/avx2/lanes.h"
@@ -34,7 +36,7 @@ struct ScalarPoints {
   }
   // the points of block l..l+LANES-1 whose in_mask bit is clear
   template <int LANES = 8, class Row>
-  __attribute__((target("avx2,fma"))) void block(const Point& pt, const Row& r, int64_t l,
+  NJ_TARGET_AVX2_FMA void block(const Point& pt, const Row& r, int64_t l,
                                                    int in_mask) {
     if (in_mask == (1 << LANES) - 1) return;
     // The scalar path may call SSE (non-VEX) code: clear the upper halves first.
@@ -44,7 +46,7 @@ struct ScalarPoints {
   }
   // the points l..count-1 (a row's tail)
   template <class Row>
-  __attribute__((target("avx2,fma"))) void tail(const Point& pt, const Row& r, int64_t l,
+  NJ_TARGET_AVX2_FMA void tail(const Point& pt, const Row& r, int64_t l,
                                                   int64_t count) {
     _mm256_zeroupper();
     for (; l < count; ++l) point(pt, r, l);
@@ -53,7 +55,7 @@ struct ScalarPoints {
 
 // A lambda compiled for AVX2 + FMA and inlined (a lambda does not take its enclosing
 // function's target).
-#define NJ_AVX2_LAMBDA __attribute__((target("avx2,fma"), always_inline))
+#define NJ_AVX2_LAMBDA NJ_TARGET_AVX2_FMA __attribute__((always_inline))
 
 // What every fast path is: its geometry and op, the scalar path for the points its blocks
 // cannot take (rest), and the walk of one row (blocks). A path derives from Avx2Path and
@@ -73,7 +75,7 @@ struct Avx2Path {
   // blocks, from point l (paths of one block at a time do all in prepare and emit nothing).
   // Then the row's tail, fewer than LANES points, by the scalar path.
   template <int LANES, int CHUNK, class Row, class Prepare, class Emit>
-  __attribute__((target("avx2,fma"), always_inline)) inline void blocks(
+  NJ_TARGET_AVX2_FMA __attribute__((always_inline)) inline void blocks(
       const Point& pt, const Row& r, int64_t count, Prepare&& prepare, Emit&& emit) {
     int done[CHUNK];
     int64_t l = 0;

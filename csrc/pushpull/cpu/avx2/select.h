@@ -20,7 +20,9 @@
 // rows.h (the scaffold they share: blocks of a row, the scalar redo, the tail).
 #pragma once
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#include "core/platform.h"
+
+#if defined(NJ_AVX2_PATHS)  // x86-64, gcc or clang (core/platform.h)
 #include <algorithm>
 #include <type_traits>
 
@@ -36,7 +38,7 @@ namespace pushpull {
 namespace cpu {
 
 inline bool cpu_has_avx2() {
-  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool cpu = platform::cpu_has_avx2_fma();
   return cpu;
 }
 
