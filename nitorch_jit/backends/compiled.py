@@ -19,6 +19,7 @@ import ctypes
 import functools
 import re
 import threading
+import warnings
 from pathlib import Path
 
 import torch
@@ -38,6 +39,9 @@ BUILD_ERRORS = (toolchain.ToolchainError, jit.BuildError, jit.CacheError, Backen
 
 
 _SUFFIX = {"cpu": "*.cpp", "cuda": "*.cu"}
+# the device types we have kernels for; a tensor on any other (mps, xpu, ...) gets the
+# pure-PyTorch twins (backends.plan), never a copy to the CPU
+DEVICE_TYPES = tuple(_SUFFIX)
 
 # (module, device type) -> the binding's translation unit, for the modules split in a binding
 # and torch-free kernel libraries
@@ -374,14 +378,16 @@ def module_spec(module, device_type, archs=None, abi=None):
     if device_type == "cpu":
         if (module, device_type) in BINDINGS and binding_abi(abi) == "stable":
             return _stable_binding_spec(module, device_type, sources(module, "cpu"))
-        omp = toolchain.openmp_flags()
+        # at::parallel_for of the classic headers is inline OpenMP: the flags of the runtime
+        # torch loaded, or none (one thread) where that would be a second runtime (toolchain)
+        omp = toolchain.openmp()
         # no -std flag: torch adds the standard its headers need (c++17 up to 2.x, c++20 later)
         san = toolchain.sanitizer_flags()  # compiled and linked with them
         label = f"the binding of '{module}' for CPU (classic headers)" \
             if (module, device_type) in BINDINGS else ""
         return jit.ModuleSpec(module, "cpu", sources(module, "cpu"), [CSRC],
-                              cflags=["-O3"] + omp + san, ldflags=list(omp) + san,
-                              label=label)
+                              cflags=["-O3"] + list(omp.cflags) + san,
+                              ldflags=list(omp.ldflags) + san, label=label)
     if device_type == "cuda":
         if not toolchain.cuda_enabled():
             raise toolchain.ToolchainError("CUDA builds are off (NI_USE_CUDA=0)")
@@ -399,7 +405,55 @@ def module_spec(module, device_type, archs=None, abi=None):
         return jit.ModuleSpec(module, "cuda", units, [CSRC], cflags=["-Og"],
                               cuda_cflags=["-arch=sm_90"],
                               label=f"the binding of '{module}' for CUDA (classic headers)")
-    raise BackendError(f"no compiled kernels for device type {device_type!r}")
+    raise BackendError(f"no compiled kernels for device type {device_type!r} (only for "
+                       f"{', '.join(DEVICE_TYPES)}); the pure-PyTorch kernels run there "
+                       f"(NI_COMPILED_BACKEND unset or TORCH)")
+
+
+def threads(module, device_type, abi=None):
+    """How the CPU kernels of `module` run threads here, in one line (``nitorch-jit info``);
+    compiles nothing but, on the classic headers, OpenMP's probe (``toolchain.openmp``).
+
+    Parameters
+    ----------
+    module : str
+    device_type : {'cpu', 'cuda'}
+    abi : {'stable', 'classic'}, optional
+        Default: ``binding_abi()``.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from nitorch_jit.backends import compiled
+    >>> compiled.threads("resize", "cpu", abi="stable")  # doctest: +ELLIPSIS
+    "on, torch's own: the binding calls torch's parallel_for ...
+    """
+    if device_type != "cpu":
+        return "not applicable (GPU)"
+    if binding_abi(abi) == "stable" and (module, device_type) in BINDINGS:
+        runtime = toolchain.torch_openmp_runtime()
+        return (f"on, torch's own: the binding calls torch's parallel_for (its stable ABI; "
+                f"torch's runtime: {runtime or 'not OpenMP'}); OpenMP is off in what we "
+                f"compile, with any compiler, so no second OpenMP runtime is loaded")
+    omp = toolchain.openmp()
+    return ("on: " if omp.on else "") + omp.why
+
+
+_OMP_WARNED = []
+
+
+def _warn_openmp(module, device_type):
+    """One warning per process when a classic binding is built without the OpenMP it would
+    want (toolchain.openmp says why): it runs on one thread. Never a failed build."""
+    if device_type != "cpu" or _OMP_WARNED or binding_abi() == "stable":
+        return
+    omp = toolchain.openmp()
+    if omp.warn:
+        _OMP_WARNED.append(module)
+        warnings.warn(f"nitorch_jit: OpenMP {omp.why}", RuntimeWarning, stacklevel=4)
 
 
 def likely_kernel(module, device_type, op, dtype, order):
@@ -461,7 +515,7 @@ def prefetch(module, device_type, names):
         return []
     names = [n for n in dict.fromkeys(names) if n is not None]
     names = [n for n in names if not any(_holds(other, n) for other in names)]
-    threads = []
+    started = []
     for name in names:
         with _RESOLVE_LOCK:
             if name in _PREFETCHED:
@@ -471,14 +525,17 @@ def prefetch(module, device_type, names):
         def build(name=name):
             try:
                 _kernel_library(name, device_type)
+            except jit.BuildError as err:  # the compiler fails on our kernels: register()
+                _PREFETCH_FAILED[name] = err  # falls back, rather than the user's call failing
             except BUILD_ERRORS:
                 pass  # the call that needs it builds it again and says why
 
         thread = threading.Thread(target=build, name=f"nitorch_jit prefetch {name}",
                                   daemon=True)
         thread.start()
-        threads.append(thread)
-    return threads
+        started.append(thread)
+        _PREFETCH_THREADS.setdefault((module, device_type), []).append(thread)
+    return started
 
 
 def _holds(carrier, name):
@@ -488,6 +545,8 @@ def _holds(carrier, name):
 
 
 _PREFETCHED = set()  # kernels whose build a first call started (compiled.prefetch)
+_PREFETCH_THREADS = {}  # (module, device type) -> the threads of those builds
+_PREFETCH_FAILED = {}   # kernel -> the BuildError of its prefetched build
 _HELD = set()        # kernels whose library this process has loaded
 _RESOLVE_LOCK = threading.Lock()
 _BINDINGS = {}   # binding path -> its ctypes handle (kept open), for load_kernel
@@ -608,11 +667,23 @@ def serves(module):
 def register(module, device_type):
     """Build or load `module`'s library; its TORCH_LIBRARY_IMPL blocks register the kernels.
 
-    Raises BackendError saying why the module cannot be compiled (the cause chained)."""
+    Raises BackendError saying why the module cannot be compiled (the cause chained): a tool
+    is missing, the binding does not build, or the compiler fails on a kernel that the first
+    call started building beside it (``prefetch``): then the walk goes on to the next provider
+    rather than the user's call failing."""
     try:
-        return f"compiled library {load_module(module, device_type)}"
+        path = load_module(module, device_type)
     except BUILD_ERRORS as err:
         raise BackendError(err) from err
+    _warn_openmp(module, device_type)
+    # the kernels the first call needs: it would wait for them anyway (the resolver's lock)
+    for thread in _PREFETCH_THREADS.pop((module, device_type), []):
+        thread.join()
+    failed = [err for name, err in list(_PREFETCH_FAILED.items()) if name.split(".")[0] == module
+              and name.endswith(".cuda") == (device_type == "cuda")]
+    if failed:
+        raise BackendError(failed[0]) from failed[0]
+    return f"compiled library {path}"
 
 
 def describe(module, device_type):
