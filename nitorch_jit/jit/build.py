@@ -460,7 +460,8 @@ def _run_compiler(spec, tmp, log_path, seat=None):
     request = {
         "name": spec.library_name, "sources": [str(s) for s in spec.sources],
         # cpp_extension hands them to the compiler as they are: cl's dialect on Windows
-        "cflags": toolchain.translate_flags(spec.cflags, toolchain.compiler()), "cuda_cflags": spec.cuda_cflags, "ldflags": spec.ldflags,
+        "cflags": toolchain.translate_flags(spec.cflags, toolchain.compiler()),
+        "cuda_cflags": spec.cuda_cflags, "ldflags": spec.ldflags,
         "include_dirs": [str(d) for d in spec.include_dirs], "build_dir": str(tmp),
         "with_cuda": with_cuda, "env": env_extra,
     }
