@@ -453,7 +453,8 @@ def _warn_openmp(module, device_type):
     omp = toolchain.openmp()
     if omp.warn:
         _OMP_WARNED.append(module)
-        warnings.warn(f"nitorch_jit: OpenMP {omp.why}", RuntimeWarning, stacklevel=4)
+        # at the op's call, as the fallback warning (register, _choose, ensure, ensure_eager)
+        warnings.warn(f"nitorch_jit: OpenMP {omp.why}", RuntimeWarning, stacklevel=6)
 
 
 def likely_kernel(module, device_type, op, dtype, order):
