@@ -227,6 +227,7 @@ def test_library_suffix_is_cpp_extensions():
 
 
 def test_classic_binding_flags_follow_openmp(monkeypatch):
+    monkeypatch.delenv("NI_JIT_SANITIZE", raising=False)  # its flags would join these
     omp = toolchain.OpenMP(True, ("-Xclang", "-fopenmp", "-I/t/include"),
                            ("-L/t/lib", "-lomp", "-Wl,-rpath,/t/lib"), "test")
     monkeypatch.setattr(toolchain, "openmp", lambda cc=None: omp)
@@ -345,6 +346,7 @@ def _run(tmp_path, cxx, **env):
     e = dict(os.environ, NI_JIT_CACHE_DIR=str(tmp_path / "cache"), CXX=str(cxx),
              PYTHONPATH=f"{tmp_path / 'hide'}{os.pathsep}{REPO}")
     e.pop("NI_COMPILED_BACKEND", None)
+    e.pop("NI_JIT_SANITIZE", None)  # a sanitized build needs its runtime preloaded
     e.update(env)
     return subprocess.run([sys.executable, "-c", PULL], env=e, capture_output=True, text=True,
                           timeout=600)
