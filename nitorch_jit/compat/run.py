@@ -64,10 +64,14 @@ def main(argv=None):
 
     Examples
     --------
-    >>> from nitorch_jit.compat.run import main
-    >>> main(["-m", "this"])  # doctest: +ELLIPSIS
-    The Zen of Python, by Tim Peters
-    ...
+    It installs the compat for the rest of its process (and sets ``sys.argv``), before the
+    program imports its clients: a process of its own, as ``python -m nitorch_jit.compat``.
+
+    >>> import subprocess, sys
+    >>> code = "from nitorch_jit.compat.run import main; main(['-m', 'this'])"
+    >>> out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    >>> out.returncode, out.stdout.splitlines()[0]
+    (0, 'The Zen of Python, by Tim Peters')
     """
     args = list(sys.argv[1:] if argv is None else argv)
     flags = {"--no-nitorch": False, "--no-monai": False, "--no-interpol": False}

@@ -14,7 +14,7 @@ from nitorch_jit import compat
 from nitorch_jit.compat import monai as cm
 from nitorch_jit.compat import nitorch as cn
 
-from tests.compat.clients import client_env
+from tests.compat.clients import client_env, counts, run_pytest
 
 F64 = torch.float64
 
@@ -322,22 +322,19 @@ def test_resize_family_adjoints():
                                nj.prolong(x, bound="dct2"))
 
 
-def test_docstring_examples(tmp_path):
-    """The examples of the compat's own API and of the code-level entries it uses run (in a
-    fresh interpreter: the examples start with no finder and no client imported)."""
+def test_the_pytest_plugin_installs_when_registered_not_when_imported(tmp_path):
+    """Importing it changes nothing (``--doctest-modules nitorch_jit`` imports every module,
+    and runs the examples, the compat's among them, in that process); ``-p`` installs the
+    compat before the next plugin is even imported."""
     res = run_py("""
-        import doctest
-        import nitorch_jit.compat as compat
-        from nitorch_jit.compat import run
-        from nitorch_jit.ops import pushpull, resize
-        finder = doctest.DocTestFinder()
-        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-        tests = finder.find(compat) + finder.find(run) + finder.find(pushpull.resample_backward) \\
-            + finder.find(resize.anchor_map)
-        failed = [t.name for t in tests if runner.run(t).failed]
-        print("RESULT", len(tests), *failed)
+        import nitorch_jit.compat as c, nitorch_jit.compat.pytest_plugin
+        print(c.served(), c.patched())
     """, tmp_path)
-    result = [line for line in res.stdout.splitlines() if line.startswith("RESULT")]
-    assert result, res.stdout[-3000:] + res.stderr[-3000:]
-    words = result[0].split()
-    assert int(words[1]) >= 6 and words[2:] == [], res.stdout[-3000:]
+    assert res.stdout.split() == ["[]", "[]"], res.stderr
+    (tmp_path / "later_plugin.py").write_text(
+        "import nitorch_jit.compat as c\n"
+        "assert c.served() == ['monai._C', 'nitorch._C.spatial'] and c.patched() == ['interpol']\n")
+    (tmp_path / "test_probe.py").write_text("def test_probe():\n    pass\n")
+    outcomes, log = run_pytest(["-p", "nitorch_jit.compat.pytest_plugin", "-p", "later_plugin",
+                                "test_probe.py"], tmp_path, client_env(PYTHONPATH=tmp_path))
+    assert counts(outcomes) == {"passed": 1}, log
