@@ -11,6 +11,8 @@ mirroring csrc/core/platform.h). Nothing else in the package branches on ``sys.p
 on the compiler's kind. docs/guide/platforms.md says what has run where.
 """
 import functools
+import hashlib
+import json
 import os
 import platform
 import re
@@ -885,7 +887,41 @@ def openmp_plan(cc, runtime, torch_root):
 def _probe_openmp(cc, cflags, ldflags):
     """Whether compiler `cc` builds and links a shared library with these OpenMP flags:
     None when it does, else the compiler's first error line. One compile (about 0.3 s),
-    once per process and compiler."""
+    once per compiler and flags: its answer is kept under the cache root (``.probes/``), so
+    that a process that loads a cached binding compiles nothing."""
+    record = _probe_record(cc, cflags, ldflags)
+    try:
+        return json.loads(record.read_text())["error"]
+    except (OSError, ValueError, KeyError, AttributeError):  # none kept (or no root)
+        pass
+    error = _run_openmp_probe(cc, cflags, ldflags)
+    if record is not None:
+        try:  # a whole file or none: written aside, then renamed
+            record.parent.mkdir(mode=0o700, exist_ok=True)
+            aside = record.with_name(f"{record.name}.{os.getpid()}")
+            aside.write_text(json.dumps({"compiler": cc.banner, "flags": cflags + ldflags,
+                                         "error": error}))
+            os.replace(aside, record)
+        except OSError:
+            pass  # a read-only root: probed again by the next process
+    return error
+
+
+def _probe_record(cc, cflags, ldflags):
+    """The file that keeps the probe's answer for this compiler and these flags, or None."""
+    from . import cache  # lazily: the cache knows nothing of compilers
+    try:
+        root = cache.writable_root()
+        st = os.stat(cc.path)
+    except Exception:  # noqa: BLE001 -- no usable root, a compiler that went: probe each time
+        return None
+    what = json.dumps([cc.path, cc.banner, cc.target, st.st_size, st.st_mtime_ns,
+                       list(cflags), list(ldflags)])
+    return root / ".probes" / f"openmp-{hashlib.sha256(what.encode()).hexdigest()[:16]}.json"
+
+
+def _run_openmp_probe(cc, cflags, ldflags):
+    """Compile and link the OpenMP probe; None, or the compiler's first error line."""
     with tempfile.TemporaryDirectory(prefix="nitorch_jit_omp_") as tmp:
         src = Path(tmp) / "omp_probe.cpp"
         src.write_text('#include <omp.h>\nextern "C" int nj_probe() {\n  int n = 0;\n'

@@ -285,6 +285,24 @@ def test_openmp_probe_off_when_the_compiler_cannot(tmp_path, monkeypatch):
     assert "fake: error" in got.why and not got.cflags
 
 
+def test_openmp_probe_is_kept_under_the_cache_root(tmp_path, monkeypatch):
+    """A process that loads a cached classic binding compiles nothing: the probe's answer is
+    kept (per compiler and flags), and read back by the next process."""
+    monkeypatch.setenv("NI_JIT_CACHE_DIR", str(tmp_path / "cache"))
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "g++"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho x >> {calls}\necho "fake: error: no omp.h" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    cc = toolchain.Compiler(str(fake), "gcc", "12.2.0", "fake", "linux", "x86_64")
+    for _ in range(2):  # two "processes"
+        toolchain._probe_openmp.cache_clear()
+        assert "no omp.h" in toolchain._probe_openmp(cc, ("-fopenmp",), ("-fopenmp",))
+    assert calls.read_text().count("x") == 1
+    assert len(list((tmp_path / "cache" / ".probes").glob("openmp-*.json"))) == 1
+    toolchain._probe_openmp.cache_clear()
+
+
 def test_openmp_probe_of_this_compiler():
     got = toolchain.openmp()
     assert got.on == (got.cflags != ()) and got.why
