@@ -451,6 +451,7 @@ def build_parser():
     Returns
     -------
     argparse.ArgumentParser
+        The sub-command parsed lands in ``cmd``, with its options beside it.
 
     Examples
     --------

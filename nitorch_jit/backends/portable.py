@@ -28,6 +28,7 @@ def dispatch_key(device_type):
     Returns
     -------
     str or None
+        A dispatch key's name, as torch.library takes it ('CPU', 'PrivateUse1', ...).
 
     Examples
     --------

@@ -318,6 +318,7 @@ def optional(module):
     Returns
     -------
     module or None
+        The imported module; None where it is not installed.
 
     Examples
     --------

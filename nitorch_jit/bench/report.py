@@ -27,6 +27,7 @@ def print_table(rows, headers, file=None):
     Returns
     -------
     None
+        The table is printed.
 
     Examples
     --------
@@ -63,6 +64,7 @@ def print_markdown(rows, headers, file=None, flush=False):
     Returns
     -------
     None
+        The table is printed to `file`, in markdown.
 
     Examples
     --------
@@ -97,6 +99,7 @@ def write_json(path, obj):
     Returns
     -------
     None
+        The file is written (nothing is, without a path).
 
     Examples
     --------
@@ -149,6 +152,7 @@ def machine():
     Returns
     -------
     str
+        For example ``'AMD EPYC 7B13, 16 cores, torch 2.13.0, 8 threads'``.
 
     Examples
     --------
@@ -189,6 +193,7 @@ def write_record(path, title, headers, rows, measured=None, plot=None):
     Returns
     -------
     None
+        The record is written to `path` as UTF-8 JSON, one key per field.
 
     Examples
     --------

@@ -266,6 +266,7 @@ def served():
     Returns
     -------
     list[str]
+        Sorted, such as ``['monai._C', 'nitorch._C.spatial']``.
 
     Examples
     --------
@@ -282,6 +283,7 @@ def patched():
     Returns
     -------
     list[str]
+        Package names, sorted.
 
     Examples
     --------

@@ -175,6 +175,8 @@ def restore():
     Returns
     -------
     None
+        interpol's modules hold their own functions again (an unimported module: nothing
+        to do).
 
     Examples
     --------

@@ -158,6 +158,7 @@ def grid_pull(input, grid, interpolation='linear', bound='zero', extrapolate=Fal
     Returns
     -------
     tensor [..., [C], *out]
+        The input's values at the grid points.
 
     Examples
     --------
@@ -189,6 +190,7 @@ def grid_push(input, grid, shape=None, interpolation='linear', bound='zero', ext
     Returns
     -------
     tensor [..., [C], *shape]
+        Each input value spread over the voxels around its point, by the spline weights.
 
     Examples
     --------
@@ -253,6 +255,7 @@ def grid_grad(input, grid, interpolation='linear', bound='zero', extrapolate=Fal
     Returns
     -------
     tensor [..., [C], *out, D]
+        The derivatives along each spatial dim.
 
     Examples
     --------
@@ -290,6 +293,8 @@ def spline_coeff(input, interpolation='linear', bound='dct2', dim=-1, inplace=Fa
     Returns
     -------
     tensor
+        The coefficients along `dim`, shaped like `input` (`input` itself when
+        `inplace`).
 
     Examples
     --------
@@ -316,6 +321,7 @@ def spline_coeff_nd(input, interpolation='linear', bound='dct2', dim=None, inpla
     Returns
     -------
     tensor
+        As spline_coeff.
 
     Examples
     --------
@@ -358,6 +364,7 @@ def add_identity_grid_(disp):
     Parameters
     ----------
     disp : tensor [..., *spatial, D]
+        Displacements in voxels, overwritten by the coordinates.
 
     Returns
     -------
@@ -382,10 +389,12 @@ def add_identity_grid(disp):
     Parameters
     ----------
     disp : tensor [..., *spatial, D]
+        Displacements in voxels.
 
     Returns
     -------
     tensor [..., *spatial, D]
+        A new tensor: the voxel coordinates.
 
     Examples
     --------
@@ -521,6 +530,7 @@ def resize(image, factor=None, shape=None, anchor='c', interpolation=1, prefilte
     Returns
     -------
     tensor [..., *shape]
+        The image resampled on the output grid.
 
     Examples
     --------
@@ -561,6 +571,8 @@ def restrict(image, factor=None, shape=None, anchor='c', interpolation=1, reduce
     Returns
     -------
     tensor [..., *shape]
+        The image on the coarser grid: the mean (or, with `reduce_sum`, the sum) of the
+        values pushed to each voxel.
 
     Examples
     --------

@@ -32,11 +32,12 @@ INTERPOL_BOUNDS = PEER_BOUND_CODES["torch-interpol and NITorch's TorchScript bac
 
 
 # ----------------------------------------------------------------------------- options
-def _values(value, dim):
+def _values(value, dim, argname):
     """interpol's per-dim lists: a value or a list, cut to `dim` values (padding is ours)."""
     values = list(value) if isinstance(value, (list, tuple, torch.Size)) else [value]
     if not values:
-        raise ValueError("expected a value or a non-empty list (one value per spatial dim)")
+        raise ValueError(f"{argname}: expected a value or a non-empty list (one value per "
+                         f"spatial dim)")
     return values if dim is None else values[:dim]
 
 
@@ -71,10 +72,12 @@ def bound_names(bound, dim=None, argname="bound"):
     dim : int, optional
         Number of spatial dims (a longer list is cut, as interpol does).
     argname : str
+        The argument's name in error messages.
 
     Returns
     -------
     list[str]
+        One name of nitorch_jit.BoundType per value.
 
     Examples
     --------
@@ -86,12 +89,8 @@ def bound_names(bound, dim=None, argname="bound"):
 
 
 def _bound_names(bound, dim, argname):
-    try:
-        values = _values(bound, dim)
-    except ValueError as e:
-        raise ValueError(f"{argname}: {e}") from None
     out = []
-    for b in values:
+    for b in _values(bound, dim, argname):
         code = bound_code(b)
         if code is None and enum_member_name(b) is None and not isinstance(b, bool) \
                 and isinstance(b, numbers.Integral) and 0 <= b < len(INTERPOL_BOUNDS):
@@ -114,11 +113,13 @@ def orders(interpolation, dim=None, argname="interpolation"):
     ----------
     interpolation : int, str, enum member or a list of them
     dim : int, optional
+        As bound_names.
     argname : str
 
     Returns
     -------
     list[int]
+        Spline orders.
 
     Examples
     --------
@@ -130,10 +131,7 @@ def orders(interpolation, dim=None, argname="interpolation"):
 
 
 def _orders(interpolation, dim, argname):
-    try:
-        values = _values(interpolation, dim)
-    except ValueError as e:
-        raise ValueError(f"{argname}: {e}") from None
+    values = _values(interpolation, dim, argname)
     return order_codes(values, len(values), argname)  # our one parser, on interpol's cut list
 
 
@@ -173,6 +171,7 @@ def spline_coeff(inp, bound, order, dim=-1, inplace=False):
     Returns
     -------
     tensor
+        The coefficients, shaped like `inp` (`inp` itself when `inplace`).
 
     Examples
     --------
@@ -199,6 +198,7 @@ def spline_coeff_nd(inp, bound, order, dim=None, inplace=False):
     Returns
     -------
     tensor
+        As spline_coeff, along each of the last `dim` dims.
 
     Examples
     --------
@@ -227,6 +227,7 @@ def grid_pull(inp, grid, bound, interpolation, extrapolate):
     Returns
     -------
     tensor [B, C, *out]
+        The input's spline at the grid points.
 
     Examples
     --------
@@ -254,6 +255,7 @@ def grid_push(inp, grid, shape, bound, interpolation, extrapolate):
     Returns
     -------
     tensor [B, C, *shape]
+        Each input value spread over the voxels around its point, by the spline weights.
 
     Examples
     --------
@@ -279,6 +281,7 @@ def grid_count(grid, shape, bound, interpolation, extrapolate):
     Returns
     -------
     tensor [B, 1, *shape]
+        The spline weights of the points, summed per voxel.
 
     Examples
     --------
@@ -304,6 +307,7 @@ def grid_grad(inp, grid, bound, interpolation, extrapolate):
     Returns
     -------
     tensor [B, C, *out, D]
+        The derivatives of the input's spline along each dim, at the points.
 
     Examples
     --------
@@ -325,13 +329,14 @@ def grid_pushgrad(inp, grid, shape, bound, interpolation, extrapolate):
         Gradients at the grid points.
     grid : tensor [B, *in, D]
     shape : list[int] or None
-        Output spatial shape (default: the grid's).
+        Output spatial shape (default: the grid's spatial shape).
     bound, interpolation, extrapolate
         As grid_pull.
 
     Returns
     -------
     tensor [B, C, *shape]
+        The gradients pushed back through the spline's derivatives.
 
     Examples
     --------
@@ -355,14 +360,13 @@ def grid_hess(inp, grid, bound, interpolation, extrapolate):
 
     Parameters
     ----------
-    inp : tensor [B, C, *in]
-    grid : tensor [B, *out, D]
-    bound, interpolation, extrapolate
-        As grid_pull.
+    inp, grid, bound, interpolation, extrapolate
+        As grid_grad.
 
     Returns
     -------
     tensor [B, C, *out, D, D]
+        The second derivatives of the input's spline, at the points.
 
     Examples
     --------
@@ -389,20 +393,20 @@ def grid_hess(inp, grid, bound, interpolation, extrapolate):
 
 
 def grid_pull_backward(grad, inp, grid, bound, interpolation, extrapolate):
-    """``interpol.pushpull.grid_pull_backward``.
+    """``interpol.pushpull.grid_pull_backward``: the gradients of grid_pull.
 
     Parameters
     ----------
     grad : tensor [B, C, *out]
-    inp : tensor [B, C, *in]
-    grid : tensor [B, *out, D]
-    bound, interpolation, extrapolate
+        The gradient of grid_pull's output.
+    inp, grid, bound, interpolation, extrapolate
         As grid_pull.
 
     Returns
     -------
-    grad_inp : tensor or None (unless `inp` requires grad)
-    grad_grid : tensor or None (unless `grid` requires grad)
+    grad_inp : tensor [B, C, *in], or None unless `inp` requires grad
+        `grad` pushed back onto the input's voxels.
+    grad_grid : tensor [B, *out, D], or None unless `grid` requires grad
 
     Examples
     --------
@@ -419,19 +423,24 @@ def grid_pull_backward(grad, inp, grid, bound, interpolation, extrapolate):
 
 
 def grid_push_backward(grad, inp, grid, bound, interpolation, extrapolate):
-    """``interpol.pushpull.grid_push_backward``.
+    """``interpol.pushpull.grid_push_backward``: the gradients of grid_push, with respect to its
+    values and its points.
 
     Parameters
     ----------
     grad : tensor [B, C, *shape]
+        The gradient of grid_push's output, on the voxels.
     inp : tensor [B, C, *in]
     grid : tensor [B, *in, D]
+        Where each value of `inp` was pushed.
     bound, interpolation, extrapolate
         As grid_pull.
 
     Returns
     -------
-    grad_inp, grad_grid : tensor or None, as grid_pull_backward
+    grad_inp : tensor [B, C, *in], or None unless `inp` requires grad
+        `grad` pulled at the points.
+    grad_grid : tensor [B, *in, D], or None unless `grid` requires grad
 
     Examples
     --------
@@ -447,7 +456,7 @@ def grid_push_backward(grad, inp, grid, bound, interpolation, extrapolate):
 
 
 def grid_count_backward(grad, grid, bound, interpolation, extrapolate):
-    """``interpol.pushpull.grid_count_backward``.
+    """``interpol.pushpull.grid_count_backward``: the gradient of grid_count.
 
     Parameters
     ----------
@@ -459,6 +468,7 @@ def grid_count_backward(grad, grid, bound, interpolation, extrapolate):
     Returns
     -------
     tensor [B, *in, D], or None unless `grid` requires grad
+        The gradient with respect to the grid (a count has no input).
 
     Examples
     --------
@@ -476,19 +486,21 @@ def grid_count_backward(grad, grid, bound, interpolation, extrapolate):
 
 
 def grid_grad_backward(grad, inp, grid, bound, interpolation, extrapolate):
-    """``interpol.pushpull.grid_grad_backward``.
+    """``interpol.pushpull.grid_grad_backward``: the gradients of grid_grad, with respect to
+    its input and its grid.
 
     Parameters
     ----------
     grad : tensor [B, C, *out, D]
-    inp : tensor [B, C, *in]
-    grid : tensor [B, *out, D]
-    bound, interpolation, extrapolate
-        As grid_pull.
+        The gradient of grid_grad's output.
+    inp, grid, bound, interpolation, extrapolate
+        As grid_grad.
 
     Returns
     -------
-    grad_inp, grad_grid : tensor or None, as grid_pull_backward
+    grad_inp, grad_grid : tensor or None
+        Each None unless that tensor requires grad; `grad_inp` is `grad` pushed back through
+        the spline's derivatives (grid_pushgrad).
 
     Examples
     --------

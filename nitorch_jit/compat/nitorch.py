@@ -186,22 +186,22 @@ def regulariser_grid_backward(grad, input, weight, hessian, absolute, membrane, 
 
 
 # ----------------------------------------------------------------------------- solvers
-def _field_solve(p, output, solve):
+def _solved(p, solve, closedform, *closedform_args):
+    """`solve(**p)`, or the voxel-wise closed form where the problem has no spatial penalty
+    (called with the entries `closedform_args` of `p`)."""
     if _voxelwise(p):
-        x = solve_field_closedform(p["hessian"], p["gradient"], p["weights"], p["dim"],
-                                   p["absolute"])
-    else:
-        x = solve(**p)
-    return _into(output, x)
+        return closedform(*(p[name] for name in closedform_args))
+    return solve(**p)
+
+
+def _field_solve(p, output, solve):
+    return _into(output, _solved(p, solve, solve_field_closedform, "hessian", "gradient",
+                                 "weights", "dim", "absolute"))
 
 
 def _grid_solve(p, output, solve):
-    if _voxelwise(p):
-        x = solve_grid_closedform(p["hessian"], p["gradient"], p["weights"], p["absolute"],
-                                  p["voxel_size"])
-    else:
-        x = solve(**p)
-    return _into(output, _grid_out(x))
+    return _into(output, _grid_out(_solved(p, solve, solve_grid_closedform, "hessian",
+                                           "gradient", "weights", "absolute", "voxel_size")))
 
 
 def relax(hessian, gradient, output, weight, absolute, membrane, bending, voxel_size, bound,

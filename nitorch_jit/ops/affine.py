@@ -44,24 +44,26 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(inputs[0], inputs[1])
 
 
-def _pull_backward(ctx, grad):
+def _gradients(ctx, grad, adjoint, pushed):
+    """The gradients of affine_pull / affine_push: `adjoint` (the other op) for the input,
+    affine_grad_dot for the matrix, whose weight is the pushed side (`pushed`: the input was
+    pushed, so it is the weight and `grad` the image)."""
     input, affine = ctx.saved_tensors
     gi = ga = None
     if ctx.needs_input_grad[0]:
-        gi = _ops.affine_push(grad, affine, list(input.shape[2:]), *ctx.opts)
+        gi = adjoint(grad, affine, list(input.shape[2:]), *ctx.opts)
     if ctx.needs_input_grad[1]:
-        ga = _ops.affine_grad_dot(grad, input, affine, *ctx.opts)
+        weight, image = (input, grad) if pushed else (grad, input)
+        ga = _ops.affine_grad_dot(weight, image, affine, *ctx.opts)
     return gi, ga, None, None, None, None
+
+
+def _pull_backward(ctx, grad):
+    return _gradients(ctx, grad, _ops.affine_push, pushed=False)
 
 
 def _push_backward(ctx, grad):
-    input, affine = ctx.saved_tensors
-    gi = ga = None
-    if ctx.needs_input_grad[0]:
-        gi = _ops.affine_pull(grad, affine, list(input.shape[2:]), *ctx.opts)
-    if ctx.needs_input_grad[1]:
-        ga = _ops.affine_grad_dot(input, grad, affine, *ctx.opts)
-    return gi, ga, None, None, None, None
+    return _gradients(ctx, grad, _ops.affine_pull, pushed=True)
 
 
 torch.library.register_autograd("nitorch_jit::affine_pull", _pull_backward, setup_context=_setup)
@@ -178,7 +180,8 @@ def affine_pull_codes(input, affine, shape, order, bound, extrapolate, prefilter
 
     Returns
     -------
-    tensor [*batch, C, *shape], differentiable.
+    tensor [*batch, C, *shape]
+        As affine_pull: differentiable.
 
     Examples
     --------

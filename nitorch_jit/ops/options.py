@@ -20,16 +20,33 @@ def per_dim(value, dim, argname):
     return [value] * dim
 
 
-def positive_floats(value, dim, argname):
-    """`dim` finite positive floats from a number or a list (per_dim)."""
+def checked_per_dim(value, dim, argname, kind, is_kind, is_valid, kind_text, valid_text):
+    """`dim` values from a value or a list (per_dim), each checked and converted by `kind`.
+
+    A value that is a bool or fails `is_kind` raises TypeError("`argname`: `kind_text`, got
+    <value>"); one that fails `is_valid` raises ValueError("`argname`: `valid_text`, got
+    <value>").
+    """
     out = []
     for v in per_dim(value, dim, argname):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"{argname}: expected positive numbers, got {v!r}")
-        if not (v > 0 and math.isfinite(v)):
-            raise ValueError(f"{argname}: expected positive numbers, got {v!r}")
-        out.append(float(v))
+        if isinstance(v, bool) or not is_kind(v):
+            raise TypeError(f"{argname}: {kind_text}, got {v!r}")
+        if not is_valid(v):
+            raise ValueError(f"{argname}: {valid_text}, got {v!r}")
+        out.append(kind(v))
     return out
+
+
+def is_real(v):
+    """Whether `v` is a Python int or float (the numbers the options take)."""
+    return isinstance(v, (int, float))
+
+
+def positive_floats(value, dim, argname):
+    """`dim` finite positive floats from a number or a list (per_dim)."""
+    return checked_per_dim(value, dim, argname, float, is_real,
+                           lambda v: v > 0 and math.isfinite(v), "expected positive numbers",
+                           "expected positive numbers")
 
 
 def bound_codes(bound, dim, argname="bound"):

@@ -283,15 +283,16 @@ def pull_codes(input, grid, order, bound, extrapolate, prefilter=False):
 
     Returns
     -------
-    tensor [*batch, C, *out], differentiable.
+    tensor [*batch, C, *out]
+        As grid_pull: differentiable with respect to `input` and `grid`.
 
     Examples
     --------
     >>> import torch
     >>> from nitorch_jit.codes import bound_code
     >>> from nitorch_jit.ops.pushpull import pull_codes
-    >>> img = torch.arange(4.).reshape(1, 1, 4)
-    >>> pull_codes(img, torch.tensor([[[0.5], [2.25]]]), [1], [bound_code("dct2")], False)
+    >>> grid = torch.tensor([[[0.5], [2.25]]])
+    >>> pull_codes(torch.arange(4.).reshape(1, 1, 4), grid, [1], [bound_code("dct2")], False)
     tensor([[[0.5000, 2.2500]]])
     """
     dim = _grid_dim(grid)
@@ -419,7 +420,7 @@ def grid_grad(input, grid, interpolation="linear", bound="zero", extrapolate=Fal
 
     Parameters
     ----------
-    input : tensor [*batch, C, *in]
+    input : floating-point tensor [*batch, C, *in]
         Image (its spline coefficients when ``prefilter=False``).
     grid : tensor [*batch, *out, D]
         Voxel coordinates, D = 1, 2 or 3 (see grid_pull). Batch dims broadcast.

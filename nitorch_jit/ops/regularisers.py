@@ -15,7 +15,7 @@ from .. import backends
 from ..codes import BOUND_NAMES, DCT1, DCT2, DFT, DST1, DST2, REPLICATE, ZERO
 from ..torch_impl import regsolve as _twin
 from .common import HALF
-from .options import bound_codes, check_tensor, per_dim, positive_floats
+from .options import bound_codes, check_tensor, checked_per_dim, is_real, positive_floats
 
 _ops = torch.ops.nitorch_jit
 _MODULE = "regsolve"
@@ -78,15 +78,9 @@ torch.library.register_autograd("nitorch_jit::reg_matvec", _matvec_backward,
 
 # ----------------------------------------------------------------------------- the stencil
 def _penalty(value, n, argname):
-    vals = per_dim(value, n, argname)
-    out = []
-    for v in vals:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise TypeError(f"{argname}: expected finite numbers, got {v!r}")
-        if v < 0:
-            raise ValueError(f"{argname}: penalties must be >= 0, got {v!r}")
-        out.append(float(v))
-    return out
+    return checked_per_dim(value, n, argname, float, lambda v: is_real(v) and math.isfinite(v),
+                           lambda v: v >= 0, "expected finite numbers",
+                           "penalties must be >= 0")
 
 
 def voxel_sizes(voxel_size, dim):

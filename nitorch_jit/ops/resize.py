@@ -28,7 +28,7 @@ import torch
 from .. import backends
 from .common import HALF
 from .docfill import docfill
-from .options import (bound_codes, check_tensor, order_codes, per_dim,
+from .options import (bound_codes, check_tensor, checked_per_dim, order_codes, per_dim,
                       positive_floats)
 
 _ops = torch.ops.nitorch_jit
@@ -98,14 +98,8 @@ def _factors(factor, dim):
 def _shapes(shape, dim):
     if shape is None:
         return None
-    out = []
-    for s in per_dim(shape, dim, "shape"):
-        if isinstance(s, bool) or not isinstance(s, int):
-            raise TypeError(f"shape: expected positive ints, got {s!r}")
-        if s < 1:
-            raise ValueError(f"shape: expected positive ints, got {s!r}")
-        out.append(int(s))
-    return out
+    return checked_per_dim(shape, dim, "shape", int, lambda s: isinstance(s, int),
+                           lambda s: s >= 1, "expected positive ints", "expected positive ints")
 
 
 def _anchors(anchor, dim):
@@ -169,6 +163,31 @@ def _out_shape(nin, factor, shape, enlarge):
         v = n * f if enlarge else n / f
         out.append(max(1, int(math.floor(v + 1e-7 * max(1.0, v)))))
     return out
+
+
+def _arguments(image, factor, shape, anchor, interpolation, bound, **flag):
+    """The checked arguments of resize and restrict, in their order (the one flag of each,
+    prefilter or reduce_sum, last): (input spatial shape, factors or None, shapes or None,
+    anchors, order codes, bound codes)."""
+    dim = _spatial_dim(image, factor, shape, anchor, interpolation, bound)
+    factors, shapes = _factors(factor, dim), _shapes(shape, dim)
+    anchors = _anchors(anchor, dim)
+    order, bounds = order_codes(interpolation, dim), bound_codes(bound, dim)
+    [(name, value)] = flag.items()
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False, got {value!r}")
+    return list(image.shape[image.dim() - dim:]), factors, shapes, anchors, order, bounds
+
+
+def _anchor_maps(nin, factors, shapes, anchors, enlarge):
+    """The output spatial shape and the per-dim (scale, shift) of the maps of anchor_map, for
+    `nin` input voxels resized (`enlarge`) or restricted: a restriction's maps are those of
+    the resize it transposes, from the coarse grid (the output) onto the fine one."""
+    shapes = _out_shape(nin, factors, shapes, enlarge)
+    fs = factors or [None] * len(nin)
+    if enlarge:
+        return shapes, [anchor_map(a, n, m, f) for a, n, m, f in zip(anchors, nin, shapes, fs)]
+    return shapes, [anchor_map(a, m, n, f) for a, n, m, f in zip(anchors, nin, shapes, fs)]
 
 
 def _run(op, image, shape, scale, shift, order, bound, prefilter):
@@ -260,16 +279,9 @@ def resize(image, factor=None, shape=None, anchor="c", interpolation=1, prefilte
     >>> resize(x, factor=2, anchor='e', interpolation='nearest')
     tensor([[[0., 0., 1., 1., 2., 2., 3., 3.]]])
     """
-    dim = _spatial_dim(image, factor, shape, anchor, interpolation, bound)
-    factors, shapes = _factors(factor, dim), _shapes(shape, dim)
-    anchors = _anchors(anchor, dim)
-    order, bounds = order_codes(interpolation, dim), bound_codes(bound, dim)
-    if not isinstance(prefilter, bool):
-        raise TypeError(f"prefilter: expected True or False, got {prefilter!r}")
-    nin = list(image.shape[image.dim() - dim:])
-    shapes = _out_shape(nin, factors, shapes, True)
-    aff = [anchor_map(a, n, m, None if factors is None else f)
-           for a, n, m, f in zip(anchors, nin, shapes, factors or [None] * dim)]
+    nin, factors, shapes, anchors, order, bounds = _arguments(
+        image, factor, shape, anchor, interpolation, bound, prefilter=prefilter)
+    shapes, aff = _anchor_maps(nin, factors, shapes, anchors, enlarge=True)
     return _run(_ops.resize, image, shapes, [a[0] for a in aff], [a[1] for a in aff],
                 order, bounds, prefilter)
 
@@ -307,6 +319,8 @@ def restrict(image, factor=None, shape=None, anchor="c", interpolation=1, reduce
     Returns
     -------
     output : tensor [*batch, C, *shape]
+        The mean (or, with `reduce_sum`, the sum) of what each voxel receives; the
+        dtype of `image`.
 
     Examples
     --------
@@ -317,17 +331,9 @@ def restrict(image, factor=None, shape=None, anchor="c", interpolation=1, reduce
     >>> restrict(torch.ones(1, 1, 8), factor=2, anchor='e', reduce_sum=True)
     tensor([[[2., 2., 2., 2.]]])
     """
-    dim = _spatial_dim(image, factor, shape, anchor, interpolation, bound)
-    factors, shapes = _factors(factor, dim), _shapes(shape, dim)
-    anchors = _anchors(anchor, dim)
-    order, bounds = order_codes(interpolation, dim), bound_codes(bound, dim)
-    if not isinstance(reduce_sum, bool):
-        raise TypeError(f"reduce_sum: expected True or False, got {reduce_sum!r}")
-    nfine = list(image.shape[image.dim() - dim:])
-    shapes = _out_shape(nfine, factors, shapes, False)
-    # the resize being transposed maps the coarse grid (shapes) onto the fine one (nfine)
-    aff = [anchor_map(a, m, n, None if factors is None else f)
-           for a, n, m, f in zip(anchors, nfine, shapes, factors or [None] * dim)]
+    nfine, factors, shapes, anchors, order, bounds = _arguments(
+        image, factor, shape, anchor, interpolation, bound, reduce_sum=reduce_sum)
+    shapes, aff = _anchor_maps(nfine, factors, shapes, anchors, enlarge=False)
     out = _run(_ops.resize_adjoint, image, shapes, [a[0] for a in aff], [a[1] for a in aff],
                order, bounds, False)
     if not reduce_sum:
@@ -358,6 +364,7 @@ def prolong(image, factor=2, shape=None, bound="dct2"):
     Returns
     -------
     output : tensor [*batch, C, *shape]
+        The image on the finer grid, with the dtype of `image`.
 
     Examples
     --------
@@ -416,9 +423,7 @@ def resize_grid(grid, factor=None, shape=None, anchor="c", interpolation=1, pref
     factors, shapes = _factors(factor, dim), _shapes(shape, dim)
     anchors = _anchors(anchor, dim)
     nin = list(grid.shape[-dim - 1:-1])
-    shapes = _out_shape(nin, factors, shapes, True)
-    aff = [anchor_map(a, n, m, None if factors is None else f)
-           for a, n, m, f in zip(anchors, nin, shapes, factors or [None] * dim)]
+    shapes, aff = _anchor_maps(nin, factors, shapes, anchors, enlarge=True)
     disp = grid
     if type == "grid":
         disp = grid - _identity(nin, grid)

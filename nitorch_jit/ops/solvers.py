@@ -7,6 +7,7 @@ solutions are differentiable with respect to the gradient, the Hessian and the w
 implicit differentiation (one more solve with the same operator).
 """
 import math
+import textwrap
 
 import torch
 
@@ -14,6 +15,7 @@ from .. import backends
 from ..codes import BOUND_NAMES, BoundType
 from ..torch_impl import regsolve as _twin
 from . import regularisers as _reg
+from .docfill import DOCS as docfill_entries
 from .docfill import docfill, register as docfill_register
 from .resize import prolong as _prolong, restrict as _restrict
 
@@ -273,6 +275,20 @@ def _check_optim(optim):
     return _OPTIMS[optim.lower()]
 
 
+def _cg_options(optim, max_iter, tolerance):
+    """The checked method and options of _solve for a CG or relaxation solver."""
+    return dict(method=_check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
+                tolerance=_check_tol(tolerance))
+
+
+def _fmg_options(optim, nb_cycles, nb_iter, max_levels):
+    """The checked method and options of _solve for a full-multigrid solver."""
+    return dict(method="fmg", optim=_check_optim(optim),
+                nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
+                nb_iter=_check_int(nb_iter, "nb_iter", 1),
+                max_levels=_check_int(max_levels, "max_levels", 1))
+
+
 def _solve(p, gradient, method, **opts):
     """Run `method` on the normalised problem `p` (gradient in p.x) with implicit autograd."""
     p.check_device(("hessian", p.hessian), ("weights", p.weights))
@@ -366,8 +382,24 @@ max_levels : int >= 1, default 16
     dim is 4 or less); with 1, the coarse solver (CG to 1e-10, or a direct solve on
     small grids) runs at full resolution.""",
     solver_returns="""\
-tensor, the solution x, shaped like `gradient`. Differentiable with respect to
-`gradient`, `hessian` and `weights` (implicit differentiation: one more solve).""")
+The solution, shaped like `gradient`. Differentiable with respect to `gradient`,
+`hessian` and `weights` (implicit differentiation: one more solve).""")
+# the solution's line of the Returns section, by problem
+_SOLUTIONS = {"field": "x : tensor [*batch, C, *spatial]",
+              "grid": "x : tensor [*batch, *spatial, D]"}
+
+
+def _solver_sections(problem, method):
+    """The Parameters and Returns sections of an iterative solver's docstring."""
+    return "\n".join(["Parameters", "----------", docfill_entries[f"{problem}_problem"],
+                      docfill_entries[f"{method}_options"], "", "Returns", "-------",
+                      _SOLUTIONS[problem],
+                      textwrap.indent(docfill_entries["solver_returns"], "    ")])
+
+
+# the iterative solvers' sections, by problem and method: %(field_cg_sections)s, ...
+docfill_register(**{f"{problem}_{method}_sections": _solver_sections(problem, method)
+                    for problem in _SOLUTIONS for method in ("cg", "fmg")})
 
 
 @docfill
@@ -375,14 +407,7 @@ def solve_field(hessian, gradient, weights=None, dim=None, absolute=0, membrane=
                 factor=1, voxel_size=1, bound="dct2", optim="cg", max_iter=16, tolerance=1e-5):
     """Solve (H + L) x = g for a field, by PCG or relaxation.
 
-    Parameters
-    ----------
-    %(field_problem)s
-    %(cg_options)s
-
-    Returns
-    -------
-    %(solver_returns)s
+    %(field_cg_sections)s
 
     Examples
     --------
@@ -395,8 +420,7 @@ def solve_field(hessian, gradient, weights=None, dim=None, absolute=0, membrane=
     """
     p = field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
                       voxel_size, bound)
-    return _solve(p, gradient, _check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
-                  tolerance=_check_tol(tolerance))
+    return _solve(p, gradient, **_cg_options(optim, max_iter, tolerance))
 
 
 @docfill
@@ -405,14 +429,7 @@ def solve_grid(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0, fac
                tolerance=1e-5):
     """Solve (H + L) x = g for a displacement grid, by PCG or relaxation.
 
-    Parameters
-    ----------
-    %(grid_problem)s
-    %(cg_options)s
-
-    Returns
-    -------
-    %(solver_returns)s
+    %(grid_cg_sections)s
 
     Examples
     --------
@@ -425,8 +442,7 @@ def solve_grid(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0, fac
     """
     p = grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
                      voxel_size, bound)
-    return _solve(p, gradient, _check_optim(optim), max_iter=_check_int(max_iter, "max_iter", 1),
-                  tolerance=_check_tol(tolerance))
+    return _solve(p, gradient, **_cg_options(optim, max_iter, tolerance))
 
 
 @docfill
@@ -435,30 +451,20 @@ def solve_field_fmg(hessian, gradient, weights=None, dim=None, absolute=0, membr
                     nb_iter=2, max_levels=16):
     """Solve (H + L) x = g for a field by full multigrid.
 
-    Parameters
-    ----------
-    %(field_problem)s
-    %(fmg_options)s
-
-    Returns
-    -------
-    %(solver_returns)s
+    %(field_fmg_sections)s
 
     Examples
     --------
     >>> import torch, nitorch_jit
-    >>> g = torch.randn(2, 32, 32, 32, dtype=torch.float64)
-    >>> h = torch.rand(1, 32, 32, 32, dtype=torch.float64)
-    >>> x = nitorch_jit.solve_field_fmg(h, g, membrane=1e-1, bending=1e-2)
+    >>> g = torch.randn(1, 64, 64, dtype=torch.float64)    # a 2-D field, one channel
+    >>> h = torch.rand(1, 64, 64, dtype=torch.float64)
+    >>> x = nitorch_jit.solve_field_fmg(h, g, dim=2, membrane=1e-1, bending=1e-2)
     >>> x.shape
-    torch.Size([2, 32, 32, 32])
+    torch.Size([1, 64, 64])
     """
     p = field_problem(hessian, gradient, weights, dim, absolute, membrane, bending, factor,
                       voxel_size, bound)
-    return _solve(p, gradient, "fmg", optim=_check_optim(optim),
-                  nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
-                  nb_iter=_check_int(nb_iter, "nb_iter", 1),
-                  max_levels=_check_int(max_levels, "max_levels", 1))
+    return _solve(p, gradient, **_fmg_options(optim, nb_cycles, nb_iter, max_levels))
 
 
 @docfill
@@ -467,30 +473,20 @@ def solve_grid_fmg(hessian, gradient, absolute=0, membrane=0, bending=0, lame=0,
                    max_levels=16):
     """Solve (H + L) x = g for a displacement grid by full multigrid.
 
-    Parameters
-    ----------
-    %(grid_problem)s
-    %(fmg_options)s
-
-    Returns
-    -------
-    %(solver_returns)s
+    %(grid_fmg_sections)s
 
     Examples
     --------
     >>> import torch, nitorch_jit
-    >>> g = torch.randn(1, 32, 32, 32, 3)
-    >>> h = torch.rand(1, 32, 32, 32, 6) * torch.tensor([1, 1, 1, 0, 0, 0.])
+    >>> g = torch.randn(1, 64, 64, 2)                       # a 2-D displacement grid
+    >>> h = torch.rand(1, 64, 64, 3) * torch.tensor([1, 1, 0.])
     >>> x = nitorch_jit.solve_grid_fmg(h, g, membrane=1e-3, bending=0.1, lame=(0.05, 0.2))
     >>> x.shape
-    torch.Size([1, 32, 32, 32, 3])
+    torch.Size([1, 64, 64, 2])
     """
     p = grid_problem(hessian, gradient, weights, absolute, membrane, bending, lame, factor,
                      voxel_size, bound)
-    return _solve(p, gradient, "fmg", optim=_check_optim(optim),
-                  nb_cycles=_check_int(nb_cycles, "nb_cycles", 1),
-                  nb_iter=_check_int(nb_iter, "nb_iter", 1),
-                  max_levels=_check_int(max_levels, "max_levels", 1))
+    return _solve(p, gradient, **_fmg_options(optim, nb_cycles, nb_iter, max_levels))
 
 
 @docfill
@@ -507,7 +503,8 @@ def solve_field_closedform(hessian, gradient, weights=None, dim=None, absolute=0
 
     Returns
     -------
-    %(solver_returns)s
+    x : tensor [*batch, C, *spatial]
+        %(solver_returns)s
 
     Examples
     --------
@@ -535,7 +532,8 @@ def solve_grid_closedform(hessian, gradient, weights=None, absolute=0, voxel_siz
 
     Returns
     -------
-    %(solver_returns)s
+    x : tensor [*batch, *spatial, D]
+        %(solver_returns)s
 
     Examples
     --------

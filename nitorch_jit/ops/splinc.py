@@ -188,7 +188,7 @@ def spline_coeff_nd(input, interpolation="linear", bound="dct2", dim=None, inpla
     Returns
     -------
     coeff : tensor
-        Same shape and dtype as `input` (``input`` itself when `inplace`).
+        As spline_coeff.
 
     Examples
     --------

@@ -328,17 +328,30 @@ def grid_grad(input, grid, order, bound, extrapolate):
     return out.masked_fill_(~mask.reshape(B, 1, *O, 1), 0)
 
 
-def grid_push(input, grid, shape, order, bound, extrapolate):
-    """Adjoint of grid_pull: out[b, c, *shape] accumulates weight * input[b, c, point]."""
-    D = check_call("grid_push", input, grid, order, bound, shape)
+def _push_start(op, input, grid, shape, order, bound, extrapolate, nderiv):
+    """What the push ops (grid_push, grid_pushgrad) do first: check the call, zero the output
+    [B, C, prod(shape)], take the taps of the points and zero the input at the points out of
+    bounds. Returns (D, shape as ints, output, taps, input [B, C, P(, D)]); the taps and the
+    input are None for an empty call."""
+    D = check_call(op, input, grid, order, bound, shape)
     shape = [int(n) for n in shape]
     B, C, O = input.shape[0], input.shape[1], grid.shape[1:-1]
     out = input.new_zeros([B, C, math.prod(shape)])
     if _empty(input, grid, shape):
-        return out.view(B, C, *shape)
-    dims, mask = _prepare(grid, shape, order, bound, extrapolate, 0)
-    inp = torch.where(mask.reshape(B, 1, *O), input, 0).reshape(B, C, -1)
-    P = inp.shape[-1]
+        return D, shape, out, None, None
+    dims, mask = _prepare(grid, shape, order, bound, extrapolate, nderiv)
+    trailing = list(input.shape[2 + len(O):])  # grid_pushgrad's D
+    inp = torch.where(mask.reshape(B, 1, *O, *[1] * len(trailing)), input, 0)
+    return D, shape, out, dims, inp.reshape(B, C, -1, *trailing)
+
+
+def grid_push(input, grid, shape, order, bound, extrapolate):
+    """Adjoint of grid_pull: out[b, c, *shape] accumulates weight * input[b, c, point]."""
+    D, shape, out, dims, inp = _push_start("grid_push", input, grid, shape, order, bound,
+                                           extrapolate, 0)
+    if dims is None:
+        return out.view(*out.shape[:2], *shape)
+    B, C, P = inp.shape
     zero = _unit(D)
 
     def visit(lin, prods):
@@ -350,16 +363,12 @@ def grid_push(input, grid, shape, order, bound, extrapolate):
 
 def grid_pushgrad(input, grid, shape, order, bound, extrapolate):
     """Adjoint of grid_grad: input [B, C, *O, D] -> out [B, C, *shape]."""
-    D = check_call("grid_pushgrad", input, grid, order, bound, shape)
-    shape = [int(n) for n in shape]
-    B, C, O = input.shape[0], input.shape[1], grid.shape[1:-1]
-    out = input.new_zeros([B, C, math.prod(shape)])
-    if _empty(input, grid, shape):
-        return out.view(B, C, *shape)
-    dims, mask = _prepare(grid, shape, order, bound, extrapolate, 1)
-    inp = torch.where(mask.reshape(B, 1, *O, 1), input, 0).reshape(B, C, -1, D)
+    D, shape, out, dims, inp = _push_start("grid_pushgrad", input, grid, shape, order, bound,
+                                           extrapolate, 1)
+    if dims is None:
+        return out.view(*out.shape[:2], *shape)
+    B, C, P = inp.shape[:3]
     comps = [inp[..., d] for d in range(D)]
-    P = inp.shape[2]
     units = [_unit(D, d) for d in range(D)]
 
     def visit(lin, prods):
@@ -374,16 +383,36 @@ def grid_pushgrad(input, grid, shape, order, bound, extrapolate):
     return out.view(B, C, *shape)
 
 
-def grid_grad_dot(weight, input, grid, order, bound, extrapolate):
-    """out[b, *O, d] = sum_c weight[b, c, *O] * grid_grad(input)[b, c, *O, d]."""
-    D = check_call("grid_grad_dot", input, grid, order, bound, other=weight)
+def _dot_start(op, weight, input, grid, order, bound, extrapolate, nderiv):
+    """What the dot ops (grid_grad_dot, grid_hess_dot) do first: check the call and take the
+    taps of the points. Returns (D, taps, mask, input [B, C, N], weight [B, C, P(, D)]); all
+    but D are None for an empty call."""
+    D = check_call(op, input, grid, order, bound, other=weight)
     B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
     if _empty(input, grid, S):
-        return input.new_zeros([B, *O, D])
-    dims, mask = _prepare(grid, S, order, bound, extrapolate, 1)
-    inp = input.reshape(B, C, -1)
-    wgt = weight.expand(B, C, *O).reshape(B, C, -1)
-    P = mask.shape[-1]
+        return D, None, None, None, None
+    dims, mask = _prepare(grid, S, order, bound, extrapolate, nderiv)
+    trailing = [D] * (nderiv - 1)  # grid_hess_dot's weight has a trailing D
+    wgt = weight.expand(B, C, *O, *trailing).reshape(B, C, -1, *trailing)
+    return D, dims, mask, input.reshape(B, C, -1), wgt
+
+
+def _dot_output(accs, mask, input, grid, D):
+    """The per-component sums of a dot op (None: no tap reached it) as [B, *O, D], zero at the
+    points out of bounds."""
+    B, O, P = input.shape[0], grid.shape[1:-1], mask.shape[-1]
+    out = torch.stack([input.new_zeros([B, P]) if a is None else a for a in accs], -1)
+    out = out.view(B, *O, D)
+    return out.masked_fill_(~mask.reshape(B, *O, 1), 0)
+
+
+def grid_grad_dot(weight, input, grid, order, bound, extrapolate):
+    """out[b, *O, d] = sum_c weight[b, c, *O] * grid_grad(input)[b, c, *O, d]."""
+    D, dims, mask, inp, wgt = _dot_start("grid_grad_dot", weight, input, grid, order, bound,
+                                         extrapolate, 1)
+    if dims is None:
+        return input.new_zeros([input.shape[0], *grid.shape[1:-1], D])
+    B, C, P = wgt.shape
     units = [_unit(D, d) for d in range(D)]
     accs = [None] * D
 
@@ -395,22 +424,17 @@ def grid_grad_dot(weight, input, grid, order, bound, extrapolate):
                 _acc(accs, d, val, prods[units[d]], channels=False)
 
     _for_each_tap(dims, units, visit)
-    out = torch.stack([input.new_zeros([B, P]) if a is None else a for a in accs], -1)
-    out = out.view(B, *O, D)
-    return out.masked_fill_(~mask.reshape(B, *O, 1), 0)
+    return _dot_output(accs, mask, input, grid, D)
 
 
 def grid_hess_dot(weight, input, grid, order, bound, extrapolate):
     """out[b, *O, e] = sum_c sum_d weight[b, c, *O, d] * H[b, c, *O, d, e] (H: spatial Hessian)."""
-    D = check_call("grid_hess_dot", input, grid, order, bound, other=weight)
-    B, C, S, O = input.shape[0], input.shape[1], list(input.shape[2:]), grid.shape[1:-1]
-    if _empty(input, grid, S):
-        return input.new_zeros([B, *O, D])
-    dims, mask = _prepare(grid, S, order, bound, extrapolate, 2)
-    inp = input.reshape(B, C, -1)
-    wgt = weight.expand(B, C, *O, D).reshape(B, C, -1, D)
+    D, dims, mask, inp, wgt = _dot_start("grid_hess_dot", weight, input, grid, order, bound,
+                                         extrapolate, 2)
+    if dims is None:
+        return input.new_zeros([input.shape[0], *grid.shape[1:-1], D])
+    B, C, P = wgt.shape[:3]
     wgts = [wgt[..., d] for d in range(D)]
-    P = mask.shape[-1]
     pairs = {(d, e): _unit(D, d, e) for d in range(D) for e in range(D)}
     accs = [None] * D
 
@@ -424,9 +448,7 @@ def grid_hess_dot(weight, input, grid, order, bound, extrapolate):
                 _acc(accs, e, q[d], prods[alpha], channels=False)
 
     _for_each_tap(dims, sorted(set(pairs.values())), visit)
-    out = torch.stack([input.new_zeros([B, P]) if a is None else a for a in accs], -1)
-    out = out.view(B, *O, D)
-    return out.masked_fill_(~mask.reshape(B, *O, 1), 0)
+    return _dot_output(accs, mask, input, grid, D)
 
 
 def grid_pull_backward(grad, input, grid, order, bound, extrapolate):

@@ -46,20 +46,31 @@ def _skip(n, m, scale, shift, order):
     return n == m and scale == 1.0 and shift == 0.0 and order <= 1
 
 
-def resize(input, shape, scale, shift, order, bound, prefilter):
-    check_resize(input, shape, scale, shift, order, bound, "resize")
-    x = input
+def _passes(name, input, shape, scale, shift, order, bound, prefilter, adjoint):
+    """Check the call, then yield the dims a resize (`adjoint`: its adjoint) works on, in the C
+    kernels' order, less those it copies: (tensor dim d, spline dim i, its length n before the
+    forward resize and m after it, whether it is prefiltered, the taps (index [m, K], weight
+    [m, K] in the input's dtype))."""
+    check_resize(input, shape, scale, shift, order, bound, name)
     off, dims = _dims(input, shape)
     for i in dims:
         d = off + i
-        n, m = x.shape[d], int(shape[i])
+        n, m = input.shape[d], int(shape[i])  # (other passes leave dim d's length as it is)
+        if adjoint:
+            n, m = m, n
         filt = prefilter and splinc.plan(order[i], bound[i], n) is not None
         if not filt and _skip(n, m, scale[i], shift[i], order[i]):
             continue
+        idx, w = taps(order[i], bound[i], n, m, scale[i], shift[i])
+        yield d, i, n, m, filt, idx, w.to(device=input.device, dtype=input.dtype)
+
+
+def resize(input, shape, scale, shift, order, bound, prefilter):
+    x = input
+    for d, i, n, m, filt, idx, w in _passes("resize", input, shape, scale, shift, order, bound,
+                                            prefilter, adjoint=False):
         if filt:
             x = splinc.coeff(x, [order[i]], [bound[i]], [d], False)
-        idx, w = taps(order[i], bound[i], n, m, scale[i], shift[i])
-        w = w.to(device=x.device, dtype=x.dtype)
         g = x.index_select(d, idx.reshape(-1).to(x.device))
         g = g.unflatten(d, idx.shape).movedim(d + 1, -1)   # [..., m, rest..., K]
         rest = x.dim() - d - 1
@@ -68,17 +79,9 @@ def resize(input, shape, scale, shift, order, bound, prefilter):
 
 
 def resize_adjoint(input, shape, scale, shift, order, bound, prefilter):
-    check_resize(input, shape, scale, shift, order, bound, "resize_adjoint")
     x = input
-    off, dims = _dims(input, shape)
-    for i in dims:
-        d = off + i
-        m, n = x.shape[d], int(shape[i])
-        filt = prefilter and splinc.plan(order[i], bound[i], n) is not None
-        if not filt and _skip(n, m, scale[i], shift[i], order[i]):
-            continue
-        idx, w = taps(order[i], bound[i], n, m, scale[i], shift[i])
-        w = w.to(device=x.device, dtype=x.dtype)
+    for d, i, n, m, filt, idx, w in _passes("resize_adjoint", input, shape, scale, shift, order,
+                                            bound, prefilter, adjoint=True):
         xd = x.movedim(d, -1)                               # [..., m]
         vals = (xd.unsqueeze(-1) * w).flatten(-2)           # [..., m*K]
         out = xd.new_zeros(xd.shape[:-1] + (n,))
