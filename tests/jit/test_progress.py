@@ -1,7 +1,7 @@
 """The loader's lines on stderr stay whole when builds run side by side (issue 41): two builds
 that start together, in threads (a log, a terminal with its elapsed-time line) and in two
 processes writing to one pipe. The builds run the real build path with a stand-in compiler
-(a shell command that writes the library once both compiles have started), so each case
+(a few lines of Python that write the library once both compiles have started), so each case
 takes well under a second.
 """
 import os
@@ -63,17 +63,29 @@ def screen(text):
     return lines, "".join(row)
 
 
+# the stand-in compiler: says it started, waits (up to 30 s) until the other one has, and
+# writes the library
+STAND_IN = """
+import os, sys, time
+starts, name, library = sys.argv[1:]
+open(os.path.join(starts, name), "w").close()
+for _ in range(600):
+    if len(os.listdir(starts)) >= 2:
+        break
+    time.sleep(0.05)
+open(library, "w").write("library")
+"""
+
+
 @pytest.fixture
 def side_by_side(monkeypatch, tmp_path):
     """build.load runs for real into tmp_path/cache, with a stand-in compiler that finishes
     only when both builds have started it (so they overlap) and a loader that loads nothing."""
     starts = tmp_path / "starts"
     starts.mkdir()
-    wait_both = ('touch "$1/$2"; n=0; while [ "$(ls "$1" | wc -l)" -lt 2 ] && [ $n -lt 600 ]; '
-                 'do sleep 0.05; n=$((n+1)); done; printf library > "$3"')
 
     def command(spec, tmp):
-        return ["sh", "-c", wait_both, "sh", str(starts), spec.name,
+        return [sys.executable, "-c", STAND_IN, str(starts), spec.name,
                 str(tmp / f"{spec.library_name}.so")]
     monkeypatch.setattr(build, "_compile_command", command)
     monkeypatch.setattr(build, "_load_library", lambda path, torch_free=False: None)
