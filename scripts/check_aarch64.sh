@@ -74,7 +74,10 @@ fi
 
 # ------------------------------------------------------------------ wheels (PyPI, aarch64)
 SITE=$WORK/site-torch$TORCH_VERSION
-if [ ! -f "$SITE/.done" ]; then
+# setuptools: torch's cpp_extension imports it (the classic binding's build), and torch's
+# wheel requires it only from Python 3.12
+REQS="numpy scipy pytest filelock platformdirs typing-extensions sympy networkx jinja2 fsspec setuptools"
+if [ "$(cat "$SITE/.done" 2>/dev/null)" != "$REQS" ]; then
   say "wheels: torch $TORCH_VERSION and the test dependencies for manylinux aarch64"
   mkdir -p "$WORK/wheels"
   pd=("$PYTHON" -m pip download -q --only-binary=:all: --python-version "$PY_VER"
@@ -83,8 +86,7 @@ if [ ! -f "$SITE/.done" ]; then
   # pip judges a requirement's markers by the host (x86_64), so torch's would pull CUDA
   # wheels in: torch and torch-interpol (which requires torch) come without their own
   "${pd[@]}" --no-deps "torch==$TORCH_VERSION" torch-interpol 2>&1 | grep -v '^WARNING: Location' || true
-  "${pd[@]}" numpy scipy pytest filelock platformdirs typing-extensions sympy networkx \
-      jinja2 fsspec 2>&1 | grep -v '^WARNING: Location' || true
+  "${pd[@]}" $REQS 2>&1 | grep -v '^WARNING: Location' || true
   rm -rf "$SITE"; mkdir -p "$SITE"
   # one folder on PYTHONPATH (a wheel is a zip of its site-packages tree); the torch wheel
   # of another release, if the cache holds one, stays out
@@ -93,7 +95,7 @@ if [ ! -f "$SITE/.done" ]; then
     unzip -q -o "$w" -d "$SITE"
   done
   [ -d "$SITE/torch" ] || { say "no aarch64 wheel of torch $TORCH_VERSION"; exit 2; }
-  touch "$SITE/.done"
+  echo "$REQS" > "$SITE/.done"
 fi
 
 # ------------------------------------------------------------------ the emulated python
@@ -171,10 +173,18 @@ T2=$(date +%s)
 libs=$(find "$CACHE" -name '*.so' -not -path '*/.tmp*' 2>/dev/null | sort)
 n_libs=$(printf '%s\n' $libs | grep -c . || true)
 non_arm=0
+declare -A neon_of=()
 for l in $libs; do
   aarch64-linux-gnu-readelf -h "$l" 2>/dev/null | grep -q 'Machine: *AArch64' || non_arm=$((non_arm + 1))
   avx_left=$((avx_left + $(aarch64-linux-gnu-nm -C "$l" 2>/dev/null | grep -ci avx2 || true)))
+  # kernel libraries only (<module>.<op>.<dtype>.<variant>-cpu-...): NEON per module
+  entry=$(basename "$(dirname "$l")")
+  case $entry in *.*.*.*-cpu-*)
+    m=${entry%%.*}; neon_of[$m]=$(( ${neon_of[$m]:-0} + $(neon "$l") ));;
+  esac
 done
+neon_summary=""
+for m in $(printf '%s\n' "${!neon_of[@]}" | sort); do neon_summary+=" $m=${neon_of[$m]}"; done
 
 # ------------------------------------------------------------------ summary
 counts=$("$PYTHON" - "$JUNIT" <<'EOF'
@@ -203,5 +213,5 @@ if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ] || [ "$non_arm"
    || [ "$avx_left" -ne 0 ] || [ "$vec_loops" -eq 0 ]; then status=FAIL; fi
 echo "check_aarch64: $status torch $TORCH_VERSION aarch64 (qemu): $passed passed, $failed failed" \
      "($per_module); $n_libs aarch64 libraries built (non-aarch64: $non_arm, AVX2 symbols: $avx_left);" \
-     "regsolve unit: $vec_loops loops vectorised; tests $((T2 - T1)) s, total $(( $(date +%s) - T0 )) s"
+     "regsolve unit: $vec_loops loops vectorised; NEON float instructions in the kernel libraries:${neon_summary:- none}; tests $((T2 - T1)) s, total $(( $(date +%s) - T0 )) s"
 [ "$status" = PASS ]
