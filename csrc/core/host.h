@@ -71,11 +71,11 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
   } ctx{&f, nullptr, 0};
   auto range = [](void* p, int64_t b, int64_t e) {
     Ctx* c = static_cast<Ctx*>(p);
-    if (__atomic_load_n(&c->failed, __ATOMIC_RELAXED)) return;
+    if (platform::atomic_load_relaxed(&c->failed)) return;
     try {
       (*c->f)(b, e);
     } catch (...) {
-      if (!__atomic_exchange_n(&c->failed, 1, __ATOMIC_ACQ_REL)) c->err = std::current_exception();
+      if (!platform::atomic_exchange(&c->failed, 1)) c->err = std::current_exception();
     }
   };
   current()->parallel_for(begin, end, grain, range, &ctx);

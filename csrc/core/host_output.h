@@ -144,15 +144,14 @@ class OutputBlocks {
 // there (the first library to need one wins; the others use it).
 inline const nj_block_cache* process_blocks() {
   nj_process* state = process::current();
-  const nj_block_cache* blocks = __atomic_load_n(&state->blocks, __ATOMIC_ACQUIRE);
+  const nj_block_cache* blocks = platform::atomic_load_acquire(&state->blocks);
   if (blocks != nullptr) return blocks;
   static const nj_block_cache mine{
       [](int64_t bytes) { return OutputBlocks::get().take(bytes); },
       [](void* p, int64_t bytes) { OutputBlocks::get().give(p, bytes); },
       [] { OutputBlocks::get().trim(); }};
   const nj_block_cache* expected = nullptr;
-  if (__atomic_compare_exchange_n(&state->blocks, &expected, &mine, false, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE))
+  if (platform::atomic_cas(&state->blocks, &expected, &mine))
     return &mine;
   return expected;  // another library installed its cache first
 }

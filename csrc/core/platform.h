@@ -16,6 +16,8 @@
 //   NJ_EXPORT          an extern "C" entry point that the loader finds by name in a library
 //                      built with hidden visibility (-fvisibility=hidden) or on Windows
 //   nitorch_jit::platform::cpu_has_avx2_fma()  run-time check: the CPU and OS run AVX2 + FMA
+//   nitorch_jit::platform::atomic_*  atomic access to a plain object of 4 or 8 bytes (C++17 has
+//                      no std::atomic_ref): the GCC/clang builtins, or MSVC's intrinsics
 //
 // -DNJ_PORTABLE_ONLY turns NJ_GNU_VECTORS and NJ_AVX2_PATHS off: the portable code that MSVC
 // compiles, built and tested here by gcc or clang.
@@ -51,10 +53,14 @@
 #define NJ_EXPORT __attribute__((visibility("default")))
 #endif
 
-#if defined(NJ_X86_64) && defined(_MSC_VER) && !defined(__clang__)
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>  // __cpuid, __cpuidex, _Interlocked*
+#if defined(NJ_X86_64)
 #include <immintrin.h>  // _xgetbv
-#include <intrin.h>     // __cpuid, __cpuidex
 #endif
+#endif
+#include <cstdint>
+#include <cstring>
 
 namespace nitorch_jit {
 namespace platform {
@@ -85,6 +91,92 @@ inline bool cpu_has_avx2_fma() {
   return false;
 #endif
 }
+
+// Atomic access to a plain object T of 4 or 8 bytes (an int, a float, a pointer), by the
+// generic GCC/clang builtins, which take any such type (no cast through another type: its
+// lvalue would break strict aliasing). MSVC: the interlocked intrinsics on the bit pattern, and
+// volatile loads and stores, which MSVC orders as acquire / release (its default /volatile:ms).
+#if defined(__GNUC__)
+template <typename T>
+inline T atomic_load_relaxed(const T* p) {
+  T v;
+  __atomic_load(p, &v, __ATOMIC_RELAXED);
+  return v;
+}
+template <typename T>
+inline T atomic_load_acquire(const T* p) {
+  T v;
+  __atomic_load(p, &v, __ATOMIC_ACQUIRE);
+  return v;
+}
+template <typename T>
+inline void atomic_store_relaxed(T* p, T v) {
+  __atomic_store(p, &v, __ATOMIC_RELAXED);
+}
+// *p = desired if *p == *expected (bit for bit); else *expected = *p. Acquire-release.
+template <typename T>
+inline bool atomic_cas(T* p, T* expected, T desired) {
+  return __atomic_compare_exchange(p, expected, &desired, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE);
+}
+// the same, relaxed, and it may fail spuriously (for a retry loop)
+template <typename T>
+inline bool atomic_cas_weak_relaxed(T* p, T* expected, T desired) {
+  return __atomic_compare_exchange(p, expected, &desired, true, __ATOMIC_RELAXED,
+                                   __ATOMIC_RELAXED);
+}
+template <typename T>
+inline T atomic_exchange(T* p, T v) {
+  T old;
+  __atomic_exchange(p, &v, &old, __ATOMIC_ACQ_REL);
+  return old;
+}
+#elif defined(_MSC_VER)
+template <typename T>
+inline T atomic_load_acquire(const T* p) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "4 or 8 bytes");
+  return *static_cast<const volatile T*>(p);
+}
+template <typename T>
+inline T atomic_load_relaxed(const T* p) {
+  return atomic_load_acquire(p);
+}
+template <typename T>
+inline void atomic_store_relaxed(T* p, T v) {
+  *static_cast<volatile T*>(p) = v;
+}
+template <typename T>
+inline bool atomic_cas(T* p, T* expected, T desired) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "4 or 8 bytes");
+  if (sizeof(T) == 8) {
+    __int64 e, d, old;
+    std::memcpy(&e, expected, 8);
+    std::memcpy(&d, &desired, 8);
+    old = _InterlockedCompareExchange64(reinterpret_cast<volatile __int64*>(p), d, e);
+    if (old == e) return true;
+    std::memcpy(expected, &old, 8);
+  } else {
+    long e, d, old;
+    std::memcpy(&e, expected, 4);
+    std::memcpy(&d, &desired, 4);
+    old = _InterlockedCompareExchange(reinterpret_cast<volatile long*>(p), d, e);
+    if (old == e) return true;
+    std::memcpy(expected, &old, 4);
+  }
+  return false;
+}
+template <typename T>
+inline bool atomic_cas_weak_relaxed(T* p, T* expected, T desired) {
+  return atomic_cas(p, expected, desired);
+}
+template <typename T>
+inline T atomic_exchange(T* p, T v) {
+  T cur = atomic_load_relaxed(p);
+  while (!atomic_cas(p, &cur, v)) {
+  }
+  return cur;
+}
+#endif
 
 }  // namespace platform
 }  // namespace nitorch_jit

@@ -35,9 +35,9 @@ inline int64_t* values() { return process::current()->knobs; }
 
 inline int64_t get(Knob k) {
 #if defined(NJ_KERNEL_LIB)
-  return __atomic_load_n(host::knobs() + k, __ATOMIC_RELAXED);
+  return platform::atomic_load_relaxed(host::knobs() + k);
 #else
-  return __atomic_load_n(values() + k, __ATOMIC_RELAXED);
+  return platform::atomic_load_relaxed(values() + k);
 #endif
 }
 
@@ -51,29 +51,29 @@ inline int64_t get(Knob k) {
 // - `void* nitorch_jit_process_state()`: the state this library uses; and
 //   `int64_t nitorch_jit_adopt_process_state(void* p)`: use `p` (another library's) from now
 //   on; 0, or this library's NJ_PROCESS_ABI when `p` was made with another (nothing changes).
-#define NJ_DEFINE_SET_TUNING()                                                          \
-  extern "C" NJ_EXPORT int64_t nitorch_jit_set_tuning(     \
-      const int64_t* v, int64_t n) {                                                    \
-    for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
-      __atomic_store_n(nitorch_jit::tuning::values() + k, v[k], __ATOMIC_RELAXED);      \
-    const nj_block_cache* blocks =                                                      \
-        __atomic_load_n(&nitorch_jit::process::current()->blocks, __ATOMIC_ACQUIRE);    \
-    if (blocks != nullptr) blocks->trim();                                              \
-    return nitorch_jit::tuning::kNumKnobs;                                              \
-  }                                                                                     \
-  extern "C" NJ_EXPORT int64_t nitorch_jit_get_tuning(     \
-      int64_t* v, int64_t n) {                                                          \
-    for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)               \
-      v[k] = nitorch_jit::tuning::get(static_cast<nitorch_jit::tuning::Knob>(k));       \
-    return nitorch_jit::tuning::kNumKnobs;                                              \
-  }                                                                                     \
-  extern "C" NJ_EXPORT void* nitorch_jit_process_state() { \
-    return nitorch_jit::process::current();                                             \
-  }                                                                                     \
-  extern "C" NJ_EXPORT int64_t                             \
-  nitorch_jit_adopt_process_state(void* p) {                                            \
-    auto* state = static_cast<nj_process*>(p);                                          \
-    if (state->abi != NJ_PROCESS_ABI) return NJ_PROCESS_ABI;                            \
-    nitorch_jit::process::current() = state;                                            \
-    return 0;                                                                           \
+#define NJ_DEFINE_SET_TUNING()                                                         \
+  extern "C" NJ_EXPORT int64_t nitorch_jit_set_tuning(const int64_t* v, int64_t n) {   \
+    for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)              \
+      nitorch_jit::platform::atomic_store_relaxed(nitorch_jit::tuning::values() + k,   \
+                                                  v[k]);                               \
+    const nj_block_cache* blocks = nitorch_jit::platform::atomic_load_acquire(         \
+        &nitorch_jit::process::current()->blocks);                                     \
+    if (blocks != nullptr) blocks->trim();                                             \
+    return nitorch_jit::tuning::kNumKnobs;                                             \
+  }                                                                                    \
+  extern "C" NJ_EXPORT int64_t nitorch_jit_get_tuning(                                 \
+      int64_t* v, int64_t n) {                                                         \
+    for (int64_t k = 0; k < n && k < nitorch_jit::tuning::kNumKnobs; ++k)              \
+      v[k] = nitorch_jit::tuning::get(static_cast<nitorch_jit::tuning::Knob>(k));      \
+    return nitorch_jit::tuning::kNumKnobs;                                             \
+  }                                                                                    \
+  extern "C" NJ_EXPORT void* nitorch_jit_process_state() {                             \
+    return nitorch_jit::process::current();                                            \
+  }                                                                                    \
+  extern "C" NJ_EXPORT int64_t                                                         \
+  nitorch_jit_adopt_process_state(void* p) {                                           \
+    auto* state = static_cast<nj_process*>(p);                                         \
+    if (state->abi != NJ_PROCESS_ABI) return NJ_PROCESS_ABI;                           \
+    nitorch_jit::process::current() = state;                                           \
+    return 0;                                                                          \
   }

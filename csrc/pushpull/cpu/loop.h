@@ -27,23 +27,13 @@ namespace pushpull {
 namespace cpu {
 
 // ---------------------------------------------------------------------------------------------
-// Atomic float add (compare-exchange on the bit pattern; std::atomic_ref needs C++20).
+// Atomic float add (compare-exchange on the value's bits; std::atomic_ref needs C++20).
 struct AtomicAdd {
   template <typename T>
   static inline void add(T* p, T v) {
-    using U = typename std::conditional<sizeof(T) == 8, uint64_t, uint32_t>::type;
-    static_assert(sizeof(T) == sizeof(U), "unsupported scalar");
-    U* up = reinterpret_cast<U*>(p);
-    U expected = __atomic_load_n(up, __ATOMIC_RELAXED);
-    for (;;) {
-      T cur;
-      std::memcpy(&cur, &expected, sizeof(T));
-      const T next = cur + v;
-      U desired;
-      std::memcpy(&desired, &next, sizeof(T));
-      if (__atomic_compare_exchange_n(up, &expected, desired, /*weak=*/true, __ATOMIC_RELAXED,
-                                      __ATOMIC_RELAXED))
-        return;
+    // on T itself (core/platform.h): no integer lvalue aliasing the float
+    T cur = platform::atomic_load_relaxed(p);
+    while (!platform::atomic_cas_weak_relaxed(p, &cur, cur + v)) {
     }
   }
 };

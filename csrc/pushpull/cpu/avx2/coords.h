@@ -101,9 +101,22 @@ NJ_AVX2 __m256d last_cell(__m256d x, __m256d last, __m256d cell, __m256d& in) {
 // c0| >= 2^22 or NaN keep their coordinate. Linear dct2 is then clamped off its flat parts
 // (core/bounds.h, mirror_flat), which the vector path could not take. Not for gradients with
 // respect to the grid: they would need the fold's sign.
+// The 256-bit vector of T, named by a specialisation: as a template argument (conditional_t)
+// __m256 would lose its attributes (may_alias, alignment; gcc warns -Wignored-attributes)
+template <typename T>
+struct Ymm;
+template <>
+struct Ymm<float> {
+  using type = __m256;
+};
+template <>
+struct Ymm<double> {
+  using type = __m256d;
+};
+
 template <typename T>
 struct MirrorFold {
-  using V = std::conditional_t<std::is_same_v<T, float>, __m256, __m256d>;
+  using V = typename Ymm<T>::type;
   bool on[3] = {false, false, false};
   T c0[3], p[3], inv_p[3], lo[3], hi[3];  // [lo, hi]: [c0, c0 + h] less the flat parts
 
