@@ -279,6 +279,31 @@ def test_no_copy_of_the_input():
     np.testing.assert_array_equal(z, x)
 
 
+def test_results_are_c_contiguous():
+    """As scipy's (issue 41): the pipelines that permute axes (rotate in a leading plane,
+    zoom / shift / diagonal affine with an unchanged axis before a changed one, copies of a
+    strided input, spline_filter1d of orders 0-1) give C-contiguous results, NumPy and torch,
+    in every output dtype, with scipy's values (float64)."""
+    x = np.random.default_rng(41).standard_normal((5, 6, 4))
+    calls = [lambda m, v, **k: m.rotate(v, 17.0, axes=(0, 2), reshape=False, order=1, **k),
+             lambda m, v, **k: m.rotate(v, 17.0, axes=(1, 0), order=1, **k),
+             lambda m, v, **k: m.zoom(v, (2, 1, 1), order=1, **k),
+             lambda m, v, **k: m.shift(v, (0, 1.5, 0), order=1, **k),
+             lambda m, v, **k: m.affine_transform(v, [1, 0.5, 1], output_shape=(5, 12, 4),
+                                                  order=1, **k),
+             lambda m, v, **k: m.zoom(v.T, 1, **k),
+             lambda m, v, **k: m.spline_filter1d(v.T, order=1, **k)]
+    for k, call in enumerate(calls):
+        for output in (np.float32, np.int16):
+            assert call(nn, x, output=output).flags.c_contiguous, (k, output)
+        r = call(nn, x)
+        assert r.flags.c_contiguous, k
+        np.testing.assert_allclose(r, call(sn, x), rtol=0, atol=1e-12)
+        rt = call(nn, torch.from_numpy(x))
+        assert rt.is_contiguous(), k
+        np.testing.assert_allclose(rt.numpy(), call(sn, x), rtol=0, atol=1e-12)
+
+
 def test_rank_limits():
     x = np.zeros((3, 4, 5, 6))
     with pytest.raises(ValueError, match="input: 4-D"):
