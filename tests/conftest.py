@@ -1,13 +1,94 @@
 import os
 import tempfile
 
-# The suite compiles into its own cache (CI therefore compiles from scratch). Set
-# NI_JIT_TEST_CACHE to reuse one between local runs.
-_root = os.environ.get("NI_JIT_TEST_CACHE") or tempfile.mkdtemp(prefix="nitorch_jit_test_cache_")
-os.environ["NI_JIT_CACHE_DIR"] = _root
-os.environ.pop("NI_COMPILED_BACKEND", None)
+# The suite passes whatever of our variables the user has set (NI_USE_CUDA=0 is our own advice
+# for CPU-only machines): tests set what they need. Kept: the suite's own switches, and
+# NI_JIT_SANITIZE, the build mode the sanitizer check runs the kernel tests under.
+KEPT = {"NI_JIT_TEST_CACHE", "NI_JIT_REQUIRE_MONAI", "NI_JIT_SHARED", "NI_JIT_SANITIZE",
+        "NI_JIT_TEST_PREBUILT"}
+for _name in [n for n in os.environ if n.startswith("NI_") and n not in KEPT]:
+    del os.environ[_name]
+os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+
+# The suite's one cache, prebuilt once at the start (pytest_sessionstart below), so that no
+# test pays for a compile another test paid for; tests of first use, cold caches, faults and
+# upgrades make caches of their own. NI_JIT_TEST_CACHE keeps it between local runs. Set here,
+# in the environment, so that pytest-xdist's workers (and every subprocess) share it.
+_MADE_CACHE = not os.environ.get("NI_JIT_TEST_CACHE")
+if _MADE_CACHE:
+    os.environ["NI_JIT_TEST_CACHE"] = tempfile.mkdtemp(prefix="nitorch_jit_test_cache_")
+os.environ["NI_JIT_CACHE_DIR"] = os.environ["NI_JIT_TEST_CACHE"]
 
 import pytest  # noqa: E402
+
+PREBUILD_RECORD = ".suite-prebuild.json"
+
+
+def pytest_sessionstart(session):
+    """Prebuild the suite's cache with the project's own parallel prebuild (the controller
+    only, under pytest-xdist; a warm cache builds nothing). Its time is reported at the end.
+    NI_JIT_TEST_PREBUILT=0 skips it (a test run that compiles on demand)."""
+    if hasattr(session.config, "workerinput") or session.config.option.collectonly or \
+            os.environ.get("NI_JIT_TEST_PREBUILT", "1") == "0":
+        return
+    import subprocess
+    import sys
+    import time
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "nitorch_jit", "build", "--no-cuda"],
+                         capture_output=True, text=True, timeout=3600)
+    session.config._nj_prebuild = (time.perf_counter() - t0, res.returncode,
+                                   (res.stdout + res.stderr)[-3000:])
+    # for tests/jit/test_prebuild.py (the workers of pytest-xdist see files, not the config)
+    import json
+    from pathlib import Path
+    (Path(os.environ["NI_JIT_CACHE_DIR"]) / PREBUILD_RECORD).write_text(json.dumps(
+        {"returncode": res.returncode, "output": res.stdout + res.stderr}))
+    # nested test runs (the TORCH-backend reruns) use the cache as it is
+    os.environ["NI_JIT_TEST_PREBUILT"] = "0"
+
+
+def pytest_unconfigure(config):
+    """The cache this run made is removed with it (the controller's, not a worker's)."""
+    if _MADE_CACHE and not hasattr(config, "workerinput"):
+        import shutil
+        shutil.rmtree(os.environ["NI_JIT_TEST_CACHE"], ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The suite's budget, visible: the prebuild's wall time, and every compile of the run
+    (the build seconds of each cache entry written during it, from its manifest)."""
+    import json
+    from pathlib import Path
+    if hasattr(config, "workerinput"):
+        return
+    tr = terminalreporter
+    prebuild = getattr(config, "_nj_prebuild", None)
+    if prebuild is not None:
+        seconds, rc, tail = prebuild
+        tr.write_line(f"nitorch_jit: prebuilt the suite's cache in {seconds:.1f} s"
+                      + ("" if rc == 0 else f" (FAILED, exit {rc}; tests compile on demand):\n"
+                         + tail))
+
+    def compiled(manifests):
+        seconds = []
+        for manifest in manifests:
+            try:
+                seconds.append(float(json.loads(manifest.read_text())["build_seconds"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        return len(seconds), sum(seconds)
+
+    count, total = compiled(Path(os.environ["NI_JIT_CACHE_DIR"]).glob("*/manifest.json"))
+    tr.write_line(f"nitorch_jit: the suite's cache holds {count} builds, {total:.0f} s of "
+                  f"compiling (summed over parallel builds)")
+    # the tests' own caches (cold-cache, fault and upgrade tests) under pytest's temporary
+    # folder, the workers' included
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is not None:
+        count, total = compiled(factory.getbasetemp().rglob("manifest.json"))
+        tr.write_line(f"nitorch_jit: the tests' own caches hold {count} builds, {total:.0f} s of "
+                      f"compiling")
 
 
 @pytest.fixture
@@ -72,12 +153,16 @@ def monai_own_c(tmp_path_factory):
         _monai_unavailable("MONAI's C++ sources (../shared/third_party/monai-csrc) are absent: "
                            "a user's checkout")
     # a kept test cache keeps the build too (ninja rebuilds nothing when nothing changed)
-    build = (Path(os.environ["NI_JIT_TEST_CACHE"]) / "monai_build"
-             if os.environ.get("NI_JIT_TEST_CACHE") else tmp_path_factory.mktemp("monai_build"))
-    res = subprocess.run(["bash", str(REPO / "scripts" / "build_monai.sh"), str(csrc),
-                          str(build)],
-                         env=dict(os.environ, MONAI_INSTALL="0", MONAI_RESAMPLE_ONLY="1"),
-                         capture_output=True, text=True, timeout=1800)
+    build = Path(os.environ["NI_JIT_TEST_CACHE"]) / "monai_build"
+    # one build at a time into the folder: pytest-xdist's workers each ask for it, and the
+    # second reuses the first's (ninja rebuilds nothing)
+    import filelock
+    build.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(str(build) + ".lock"):
+        res = subprocess.run(["bash", str(REPO / "scripts" / "build_monai.sh"), str(csrc),
+                              str(build)],
+                             env=dict(os.environ, MONAI_INSTALL="0", MONAI_RESAMPLE_ONLY="1"),
+                             capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
         _monai_unavailable("MONAI's own _C did not build here:\n"
                            + res.stdout[-2000:] + res.stderr[-2000:])

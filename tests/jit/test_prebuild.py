@@ -350,3 +350,19 @@ def test_a_kernel_library_holds_the_ops_kernels_def_names_with_it(tmp_path, monk
         monkeypatch.setattr(compiled, "CSRC", tmp_path)
         with pytest.raises(compiled.BackendError, match=r"NJ_KERNEL_WITH\(a, [abc]\)"):
             compiled.kernel_companions(folder.parent.name, "cpu")
+
+
+def test_the_suite_cache_was_prebuilt_whole():
+    """The suite's own cache comes from `nitorch-jit build --no-cuda` (tests/conftest.py): every
+    module's binding and every kernel bundle, built by the project's parallel prebuild. A
+    failure there would otherwise only show as tests that compile on demand."""
+    from tests.conftest import PREBUILD_RECORD
+    record = Path(os.environ["NI_JIT_CACHE_DIR"]) / PREBUILD_RECORD
+    if not record.is_file():
+        pytest.skip("the suite's prebuild did not run (NI_JIT_TEST_PREBUILT=0 or --collect-only)")
+    got = json.loads(record.read_text())
+    assert got["returncode"] == 0, got["output"][-3000:]
+    from nitorch_jit.backends.schemas import MODULES
+    for module in MODULES:
+        assert f"{module} (cpu): " in got["output"], got["output"][-3000:]
+    assert "FAILED" not in got["output"], got["output"][-3000:]
