@@ -127,11 +127,29 @@ def _check_cval(cval):
     return complex(cval) if isinstance(cval, complex) or np.iscomplexobj(cval) else float(cval)
 
 
+def _check_sampling(order, mode, cval, prefilter):
+    """The checked arguments every sampling function takes: (order, mode, cval,
+    prefilter)."""
+    return _check_order(order), _check_mode(mode), _check_cval(cval), \
+        _check_bool(prefilter, "prefilter")
+
+
+def _per_axis(value, rank, argname):
+    """One float per axis from a number or a sequence (an array or tensor read on the
+    host), as scipy reads `shift`, `zoom` and `offset`."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    return _floats(_sequence(value, rank, argname), argname)
+
+
 # ============================================================================ public API
 # The parameters every sampling function shares, written once in their docstrings.
-register(sampling_parameters="""\
+register(sampled_input="""\
+input : array_like
+    The input array, 1 to 3 dims (real or complex).""", sampling_parameters="""\
 output : ndarray or dtype, optional
-    The array in which to place the output, or the dtype of the returned array.
+    The array in which to place the output, or the dtype of the returned array. By
+    default an array of the same dtype as `input` is created.
 order : int, optional
     The order of the spline interpolation, 0 to 5 (6, 7 as an extension). Default 3.
 mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
@@ -140,10 +158,22 @@ mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirro
 cval : scalar, optional
     Value used outside the input in the 'constant' and 'grid-constant' modes. Default 0.
 prefilter : bool, optional
-    Whether to spline-filter the input first. Default True.""")
+    Whether to spline-filter the input first (interpolate the samples); with False the
+    input is taken as spline coefficients. Default True.""")
+
+# ... and those of the two spline filters
+register(filter_parameters="""\
+output : ndarray or dtype, optional
+    The array in which to place the output, or the dtype of the returned array.
+    Default is ``numpy.float64``.
+mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
+'grid-wrap', 'wrap'}, optional
+    How the input is extended beyond its boundaries (see the module docstring). Default
+    'mirror'.""")
 
 
 @_routes.entry
+@docfill
 def spline_filter1d(input, order=3, axis=-1, output=np.float64, mode="mirror"):
     """Calculate a 1-D spline filter along the given axis.
 
@@ -160,18 +190,12 @@ def spline_filter1d(input, order=3, axis=-1, output=np.float64, mode="mirror"):
         copy the input.
     axis : int, optional
         The axis along which the spline filter is applied. Default is the last axis.
-    output : ndarray or dtype, optional
-        The array in which to place the output, or the dtype of the returned array.
-        Default is ``numpy.float64``.
-    mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
-'grid-wrap', 'wrap'}, optional
-        How the input is extended beyond its boundaries (see the module docstring). Default
-        'mirror'.
+    %(filter_parameters)s
 
     Returns
     -------
     spline_filter1d : ndarray
-        The filtered array (the `output` array when one is given).
+        The array filtered along `axis` (the `output` array when one is given).
 
     Examples
     --------
@@ -197,6 +221,7 @@ def spline_filter1d(input, order=3, axis=-1, output=np.float64, mode="mirror"):
 
 
 @_routes.entry
+@docfill
 def spline_filter(input, order=3, output=np.float64, mode="mirror"):
     """Multidimensional spline filter.
 
@@ -209,12 +234,7 @@ def spline_filter(input, order=3, output=np.float64, mode="mirror"):
         The input array (any rank, real or complex).
     order : int, optional
         The order of the spline, 2 to 5 (6 and 7 as an extension). Default 3.
-    output : ndarray or dtype, optional
-        The array in which to place the output, or the dtype of the returned array.
-        Default is ``numpy.float64``.
-    mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
-'grid-wrap', 'wrap'}, optional
-        How the input is extended beyond its boundaries. Default 'mirror'.
+    %(filter_parameters)s
 
     Returns
     -------
@@ -237,6 +257,7 @@ def spline_filter(input, order=3, output=np.float64, mode="mirror"):
 
 
 @_routes.entry
+@docfill
 def map_coordinates(input, coordinates, output=None, order=3, mode="constant", cval=0.0,
                     prefilter=True):
     """Map the input array to new coordinates by interpolation.
@@ -247,23 +268,10 @@ def map_coordinates(input, coordinates, output=None, order=3, mode="constant", c
 
     Parameters
     ----------
-    input : array_like
-        The input array, 1 to 3 dims (real or complex).
+    %(sampled_input)s
     coordinates : array_like
         The coordinates at which `input` is evaluated: shape ``(input.ndim, *out_shape)``.
-    output : ndarray or dtype, optional
-        The array in which to place the output, or the dtype of the returned array. By
-        default an array of the same dtype as `input` is created.
-    order : int, optional
-        The order of the spline interpolation, 0 to 5 (6, 7 as an extension). Default 3.
-    mode : {'reflect', 'grid-mirror', 'constant', 'grid-constant', 'nearest', 'mirror', \
-'grid-wrap', 'wrap'}, optional
-        How the input is extended beyond its boundaries. Default 'constant'.
-    cval : scalar, optional
-        Value used outside the input in the 'constant' and 'grid-constant' modes. Default 0.
-    prefilter : bool, optional
-        Whether to spline-filter the input first (interpolate the samples); with False the
-        input is taken as spline coefficients. Default True.
+    %(sampling_parameters)s
 
     Returns
     -------
@@ -278,10 +286,7 @@ def map_coordinates(input, coordinates, output=None, order=3, mode="constant", c
     >>> ndimage.map_coordinates(a, [[0.5, 2], [0.5, 1]], order=1)
     array([2., 7.])
     """
-    order = _check_order(order)
-    mode = _check_mode(mode)
-    cval = _check_cval(cval)
-    prefilter = _check_bool(prefilter, "prefilter")
+    order, mode, cval, prefilter = _check_sampling(order, mode, cval, prefilter)
     inp = _arrays.Input(input)
     if isinstance(coordinates, torch.Tensor):
         coords = coordinates.detach()
@@ -339,8 +344,7 @@ def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, 
 
     Parameters
     ----------
-    input : array_like
-        The input array, 1 to 3 dims (real or complex).
+    %(sampled_input)s
     matrix : ndarray
         The inverse coordinate transformation matrix, mapping output coordinates to input
         coordinates. For an ``ndim``-D input: ``(ndim, ndim)`` linear part (or
@@ -369,10 +373,7 @@ def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, 
            [1., 4., 7.],
            [2., 5., 8.]])
     """
-    order = _check_order(order)
-    mode = _check_mode(mode)
-    cval = _check_cval(cval)
-    prefilter = _check_bool(prefilter, "prefilter")
+    order, mode, cval, prefilter = _check_sampling(order, mode, cval, prefilter)
     inp = _arrays.Input(input)
     oshape = _output_shape_arg(output_shape, output, inp)
     if inp.ndim < 1 or len(oshape) < 1:
@@ -401,9 +402,7 @@ def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, 
     if matrix.ndim == 2 and matrix.shape[1] != len(oshape):
         raise NdimageError(f"matrix: affine matrix has wrong number of columns "
                            f"({matrix.shape[1]} for a {len(oshape)}-D output)")
-    if isinstance(offset, torch.Tensor):
-        offset = offset.detach().cpu().numpy()
-    offset = np.asarray(_floats(_sequence(offset, nd, "offset"), "offset"), dtype=np.float64)
+    offset = np.asarray(_per_axis(offset, nd, "offset"), dtype=np.float64)
     out = _arrays.Output(output, inp, oshape)
     if matrix.ndim == 1:
         if len(oshape) != nd:
@@ -452,16 +451,11 @@ def shift(input, shift, output=None, order=3, mode="constant", cval=0.0, prefilt
     >>> ndimage.shift(np.array([1., 2., 3., 4.]), 1, order=1)
     array([0., 1., 2., 3.])
     """
-    order = _check_order(order)
-    mode = _check_mode(mode)
-    cval = _check_cval(cval)
-    prefilter = _check_bool(prefilter, "prefilter")
+    order, mode, cval, prefilter = _check_sampling(order, mode, cval, prefilter)
     inp = _arrays.Input(input)
     if inp.ndim < 1:
         raise NdimageError("input: input and output rank must be > 0")
-    if isinstance(shift, torch.Tensor):
-        shift = shift.detach().cpu().numpy()
-    shifts = [-s for s in _floats(_sequence(shift, inp.ndim, "shift"), "shift")]
+    shifts = [-s for s in _per_axis(shift, inp.ndim, "shift")]
     out = _arrays.Output(output, inp, inp.shape)
     return _engine.separable(inp, out, inp.shape, None, shifts, order, mode, cval, prefilter,
                              False)
@@ -500,17 +494,12 @@ def zoom(input, zoom, output=None, order=3, mode="constant", cval=0.0, prefilter
     >>> ndimage.zoom(np.array([0., 1., 2.]), 5 / 3, order=1)
     array([0. , 0.5, 1. , 1.5, 2. ])
     """
-    order = _check_order(order)
-    mode = _check_mode(mode)
-    cval = _check_cval(cval)
-    prefilter = _check_bool(prefilter, "prefilter")
+    order, mode, cval, prefilter = _check_sampling(order, mode, cval, prefilter)
     grid_mode = _check_bool(grid_mode, "grid_mode")
     inp = _arrays.Input(input)
     if inp.ndim < 1:
         raise NdimageError("input: input and output rank must be > 0")
-    if isinstance(zoom, torch.Tensor):
-        zoom = zoom.detach().cpu().numpy()
-    zooms = _floats(_sequence(zoom, inp.ndim, "zoom"), "zoom")
+    zooms = _per_axis(zoom, inp.ndim, "zoom")
     oshape = tuple(int(round(n * z)) for n, z in zip(inp.shape, zooms))
     out = _arrays.Output(output, inp, oshape)
     if all(z == 1 for z in zooms) and prefilter:
@@ -577,10 +566,7 @@ def rotate(input, angle, axes=(1, 0), reshape=True, output=None, order=3, mode="
            [1., 4.],
            [0., 3.]])
     """
-    order = _check_order(order)
-    mode = _check_mode(mode)
-    cval = _check_cval(cval)
-    prefilter = _check_bool(prefilter, "prefilter")
+    order, mode, cval, prefilter = _check_sampling(order, mode, cval, prefilter)
     reshape = _check_bool(reshape, "reshape")
     inp = _arrays.Input(input)
     nd = inp.ndim
@@ -644,8 +630,7 @@ def geometric_transform(input, mapping, output_shape=None, output=None, order=3,
 
     Parameters
     ----------
-    input : array_like
-        The input array, 1 to 3 dims (real or complex).
+    %(sampled_input)s
     mapping : callable
         ``mapping(output_index_tuple, *extra_arguments, **extra_keywords)`` -> input
         coordinates. scipy's ``LowLevelCallable`` is not supported (TypeError).
@@ -675,10 +660,7 @@ def geometric_transform(input, mapping, output_shape=None, output=None, order=3,
     """
     if extra_keywords is None:
         extra_keywords = {}
-    order = _check_order(order)
-    mode = _check_mode(mode)
-    cval = _check_cval(cval)
-    prefilter = _check_bool(prefilter, "prefilter")
+    order, mode, cval, prefilter = _check_sampling(order, mode, cval, prefilter)
     if not callable(mapping):
         raise NdimageTypeError(f"mapping: expected a Python callable, got "
                                f"{type(mapping).__name__} (scipy's LowLevelCallable is not "
