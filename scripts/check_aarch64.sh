@@ -186,6 +186,18 @@ done
 neon_summary=""
 for m in $(printf '%s\n' "${!neon_of[@]}" | sort); do neon_summary+=" $m=${neon_of[$m]}"; done
 
+# the suite's prebuild (tests/conftest.py: every kernel library and binding, by the project's
+# own `nitorch_jit build`, in the emulated Python), where the conftest runs one
+prebuild=$("$PYTHON" - "$CACHE/.suite-prebuild.json" <<'EOF'
+import json, sys
+try:
+    print("ok" if json.load(open(sys.argv[1]))["returncode"] == 0 else "FAILED")
+except (OSError, ValueError, KeyError):
+    print("none")
+EOF
+)
+[ "$prebuild" = FAILED ] && say "prebuild failed: $CACHE/.suite-prebuild.json"
+
 # ------------------------------------------------------------------ summary
 counts=$("$PYTHON" - "$JUNIT" <<'EOF'
 import sys, collections, xml.etree.ElementTree as ET
@@ -210,8 +222,10 @@ passed=${parts[-2]}; failed=${parts[-1]}
 per_module="${parts[*]:0:${#parts[@]}-2}"
 status=PASS
 if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ] || [ "$non_arm" -ne 0 ] \
-   || [ "$avx_left" -ne 0 ] || [ "$vec_loops" -eq 0 ]; then status=FAIL; fi
+   || [ "$avx_left" -ne 0 ] || [ "$vec_loops" -eq 0 ] || [ "$prebuild" = FAILED ]; then
+  status=FAIL
+fi
 echo "check_aarch64: $status torch $TORCH_VERSION aarch64 (qemu): $passed passed, $failed failed" \
-     "($per_module); $n_libs aarch64 libraries built (non-aarch64: $non_arm, AVX2 symbols: $avx_left);" \
+     "($per_module); prebuild $prebuild; $n_libs aarch64 libraries built (non-aarch64: $non_arm, AVX2 symbols: $avx_left);" \
      "regsolve unit: $vec_loops loops vectorised; NEON float instructions in the kernel libraries:${neon_summary:- none}; tests $((T2 - T1)) s, total $(( $(date +%s) - T0 )) s"
 [ "$status" = PASS ]
