@@ -15,12 +15,12 @@ Every provider (compiled, monai, portable) has ``NAME``, ``serves(module)``,
 nothing under backends/ imports ops/.
 """
 import os
-import sys
 import threading
 import warnings
 
 import torch
 
+from ..jit import progress
 from . import compiled, monai, portable
 from .errors import BackendError, MonaiUnavailable
 from .schemas import MODULES
@@ -227,8 +227,9 @@ def ensure(module, device):
             state = _choose(module, device_type, requested())
             _STATE[(module, device_type)] = state
             if os.environ.get("NI_SHOW_COMPILED_BACKEND", "0") not in ("", "0"):
-                print(f"nitorch_jit: COMPILED_BACKEND for {module} on {device_type.upper()}: "
-                      f"{state[0]} ({state[1]})", file=sys.stderr)
+                # whole, beside the lines of a library still building in another thread
+                progress.say(f"COMPILED_BACKEND for {module} on {device_type.upper()}: "
+                             f"{state[0]} ({state[1]})")
         return state[0]
 
 
