@@ -265,7 +265,14 @@ def main():
     ap.add_argument("--record", metavar="FILE",
                     help="also write the table as a documentation record (docs/benchmarks/data)")
     ap.add_argument("--keep", action="store_true", help="keep the cache roots (printed)")
+    ap.add_argument("--cal-only", action="store_true",
+                    help="measure CAL once, print its seconds and stop (.ci/run gives the "
+                         "suite's time in CAL with it)")
     args = ap.parse_args()
+    if args.cal_only:
+        with tempfile.TemporaryDirectory(prefix="nitorch_jit_cal_") as work:
+            print(f"{measure_cal(Path(work)):.2f}")
+        return 0
     if args.cal is not None and args.cal <= 0:
         ap.error(f"--cal must be > 0 seconds, got {args.cal}")
     if args.upgrade_python and not shutil.which(args.upgrade_python):

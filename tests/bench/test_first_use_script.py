@@ -98,6 +98,10 @@ def test_every_case_has_a_child_program():
 
 
 @pytest.mark.slow
-def test_the_unit_compiles(tmp_path):
-    # CAL: the minimal classic torch op compiles and links with this torch and compiler
-    assert first_use.measure_cal(tmp_path) > 0
+def test_the_unit_compiles():
+    # CAL: the minimal classic torch op compiles and links with this torch and compiler; the
+    # command .ci/run gives the suite's time in CAL with prints its seconds alone
+    r = subprocess.run([sys.executable, str(SCRIPT), "--cal-only"], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout.strip()) > 0
