@@ -145,7 +145,7 @@ def test_opcheck(name):
 def test_opcheck_torch_backend():
     """The same checks with the pure-PyTorch kernels registered (one backend per process)."""
     env = dict(os.environ, NI_COMPILED_BACKEND="TORCH")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n0", "-p", "no:cacheprovider",
                            f"{__file__}::test_opcheck"], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[3]
 def test_the_api_checks_pass_on_the_torch_backend():
     env = dict(os.environ, PYTHONPATH=str(REPO))
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-s", "-n0", "-p", "no:cacheprovider",
          "-p", "tests.ops.regsolve.torch_backend", str(Path(__file__).with_name("test_api.py"))],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     tail = res.stdout[-3000:] + res.stderr[-2000:]
