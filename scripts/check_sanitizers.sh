@@ -60,15 +60,20 @@ run() {
   local label=$1; shift
   local log="$WORK/$label.log" t0=$(date +%s)
   say "$label: ${*}"
+  # the suite's conftest prebuilds this cache (nitorch-jit build: every module's kernels, in
+  # parallel) and runs the tests on pytest-xdist's workers; the sanitizers write their reports
+  # into files (a worker's stderr may be lost when it dies), searched with the log
   env "$@" NI_JIT_TEST_CACHE="$WORK/cache-$label" OMP_NUM_THREADS=2 \
-    UBSAN_OPTIONS=print_stacktrace=1 \
+    UBSAN_OPTIONS="print_stacktrace=1:log_path=$WORK/report-$label" \
     "$PY" -m pytest -q -x -p no:cacheprovider "${ARGS[@]}" > "$log" 2>&1
   local rc=$?
   local reports
-  reports=$(grep -cE "runtime error|ERROR: AddressSanitizer|SUMMARY: (Address|UndefinedBehavior)Sanitizer" "$log")
+  reports=$(cat "$log" "$WORK/report-$label".* 2>/dev/null | grep -cE \
+    "runtime error|ERROR: AddressSanitizer|SUMMARY: (Address|UndefinedBehavior)Sanitizer")
   if [ $rc -ne 0 ] || [ "$reports" -gt 0 ]; then
     say "$label: FAILED (exit $rc, $reports sanitizer reports) in $(( $(date +%s) - t0 )) s; log:"
-    grep -E -A30 "runtime error|ERROR: AddressSanitizer" "$log" | head -80
+    cat "$log" "$WORK/report-$label".* 2>/dev/null \
+      | grep -E -A30 "runtime error|ERROR: AddressSanitizer" | head -80
     tail -30 "$log"
     failed+=("$label")
   else
@@ -78,9 +83,11 @@ run() {
 
 GCC_RT=$(g++ -print-file-name=libasan.so)
 CLANG_RT=$(clang++ -print-file-name="libclang_rt.asan-$(uname -m).so")
-SAN=(NI_JIT_SANITIZE=1 ASAN_OPTIONS=detect_leaks=0)
-run gcc-asan-ubsan CXX=g++ "${SAN[@]}" LD_PRELOAD="$GCC_RT"
-run clang-asan-ubsan CXX=clang++ "${SAN[@]}" LD_PRELOAD="$CLANG_RT"
+# detect_leaks=0: Python itself leaks at exit
+run gcc-asan-ubsan CXX=g++ NI_JIT_SANITIZE=1 LD_PRELOAD="$GCC_RT" \
+  ASAN_OPTIONS="detect_leaks=0:log_path=$WORK/report-gcc-asan-ubsan"
+run clang-asan-ubsan CXX=clang++ NI_JIT_SANITIZE=1 LD_PRELOAD="$CLANG_RT" \
+  ASAN_OPTIONS="detect_leaks=0:log_path=$WORK/report-clang-asan-ubsan"
 run clang CXX=clang++
 
 # ------------------------------------------------------------------ gcc and clang agree
