@@ -42,7 +42,9 @@
 // default visibility the dynamic linker merges them). The process uses one cache: the first
 // library to need it installs its own in the process state (core/process.h), and every block
 // goes back to the cache it came from.
+#if defined(__GNUC__)  // MSVC: hidden is its default (nothing is exported unmarked)
 #pragma GCC visibility push(hidden)
+#endif
 
 namespace nitorch_jit {
 
@@ -271,4 +273,6 @@ inline at::Tensor zeros_output(at::IntArrayRef sizes, const at::Tensor& like) {
 
 }  // namespace nitorch_jit
 
+#if defined(__GNUC__)
 #pragma GCC visibility pop
+#endif
