@@ -81,8 +81,12 @@ run() {
   fi
 }
 
-GCC_RT=$(g++ -print-file-name=libasan.so)
-CLANG_RT=$(clang++ -print-file-name="libclang_rt.asan-$(uname -m).so")
+# libstdc++ after the runtime: ASan intercepts C++ throws and resolves the real __cxa_throw at
+# start, where python has not loaded libstdc++ yet (else a binding's first exception ends the
+# process: "CHECK failed ... real___cxa_throw")
+GCC_RT="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so.6)"
+CLANG_RT="$(clang++ -print-file-name="libclang_rt.asan-$(uname -m).so")"
+CLANG_RT="$CLANG_RT $(clang++ -print-file-name=libstdc++.so.6)"
 # detect_leaks=0: Python itself leaks at exit
 run gcc-asan-ubsan CXX=g++ NI_JIT_SANITIZE=1 LD_PRELOAD="$GCC_RT" \
   ASAN_OPTIONS="detect_leaks=0:log_path=$WORK/report-gcc-asan-ubsan"

@@ -1003,7 +1003,10 @@ def sanitizer_flags(cc=None, check_runtime=True):
     A sanitized library loads only into a process that started with the sanitizer's runtime
     (``LD_PRELOAD``): python is not built with it, and ASan must come first. Without it, the
     load would end the process (gcc's runtime aborts) or fail on undefined symbols (clang's),
-    so this raises first, naming the command that works.
+    so this raises first, naming the command that works. libstdc++ is preloaded after it:
+    ASan intercepts C++ throws, and finds the real ``__cxa_throw`` only where libstdc++ is
+    loaded when it starts (python links none), else the first exception a binding throws (a
+    bad argument) ends the process ("CHECK failed ... real___cxa_throw").
 
     Parameters
     ----------
@@ -1068,10 +1071,12 @@ def sanitizer_flags(cc=None, check_runtime=True):
         return flags  # cannot tell: the loader's own message will say
     if not loaded:
         found = _run_version([cc.path, f"-print-file-name={runtime}"]) or runtime
+        cxxrt = _run_version([cc.path, "-print-file-name=libstdc++.so.6"]) or "libstdc++.so.6"
         raise ToolchainError(
             f"NI_JIT_SANITIZE={text}: a library built with -fsanitize={','.join(names)} by "
             f"{cc.describe()} loads only into a process started with the sanitizer runtime "
             f"preloaded; none is loaded here. Start Python as: "
-            f"LD_PRELOAD={found} ASAN_OPTIONS=detect_leaks=0 python ... "
-            f"(detect_leaks=0: Python itself leaks at exit). Or unset NI_JIT_SANITIZE.")
+            f"LD_PRELOAD=\"{found} {cxxrt}\" ASAN_OPTIONS=detect_leaks=0 python ... "
+            f"(libstdc++ second: ASan's interceptor of C++ throws needs it at start; "
+            f"detect_leaks=0: Python itself leaks at exit). Or unset NI_JIT_SANITIZE.")
     return flags
