@@ -72,6 +72,15 @@ def default_cxx_name(target=None):
     """The compiler a build uses when CXX is unset: ``cl`` on Windows (as torch's cpp_extension),
     ``c++`` elsewhere (gcc or clang on Linux, Apple clang on macOS).
 
+    Parameters
+    ----------
+    target : str, optional
+        A ``sys.platform`` value (default: this one).
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> from nitorch_jit.jit import toolchain
@@ -325,6 +334,15 @@ def library_suffix(target=None):
     included, as torch's cpp_extension names its extensions (LIB_EXT); ctypes and
     ``torch.ops.load_library`` load either.
 
+    Parameters
+    ----------
+    target : str, optional
+        A ``sys.platform`` value (default: this one).
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> from nitorch_jit.jit import toolchain
@@ -478,6 +496,15 @@ def torch_rpaths(cc, library_dirs):
     with the rpath, dyld resolves them to the copies torch loaded), none elsewhere (Linux:
     torch has loaded them by soname before us; Windows: torch added its folder,
     ``os.add_dll_directory``).
+
+    Parameters
+    ----------
+    cc : Compiler
+    library_dirs : list of str
+
+    Returns
+    -------
+    list of str
 
     Examples
     --------
@@ -977,7 +1004,12 @@ def openmp(cc=None):
 
 def openmp_flags():
     """The compiler flags of ``openmp()`` (empty when off), kept for scripts that build a
-    classic extension themselves."""
+    classic extension themselves.
+
+    Returns
+    -------
+    list of str
+    """
     return list(openmp().cflags)
 
 
