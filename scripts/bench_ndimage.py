@@ -24,6 +24,10 @@ compiled >= 10x scipy, compiled no slower than eager, first compile <= 30 s. --d
 the compiled column runs under ``with torch.device("cuda")`` (torch.compile moves the NumPy
 arrays to the GPU and the result back; our CUDA kernels in the graph); eager and scipy are
 NumPy on the CPU, as NumPy code runs without torch.compile.
+
+--grid: issue 41's augmentation (rotation, normalisation, zoom, then a displacement on a grid
+built with the zoomed result's dtype) at --size^3 and (4 --size)^2, float32, eager and inside
+torch.compile (CPU, warm), with its graph breaks (goal: 0, and compiled no slower than eager).
 """
 import argparse
 
@@ -44,6 +48,10 @@ def main():
                     help="timed calls of each (the best counts; default one, as it runs)")
     ap.add_argument("--pipeline", action="store_true",
                     help="time the augmentation pipeline (scipy / eager / torch.compile) only")
+    ap.add_argument("--grid", action="store_true",
+                    help="time issue 41's augmentation (its grid takes the dtype of our zoom's "
+                         "result) in 3-D (--size^3) and 2-D ((4 --size)^2), eager / "
+                         "torch.compile, CPU")
     ap.add_argument("--device", default="cpu", help="--pipeline: cpu or cuda")
     ap.add_argument("--warm-cache", action="store_true",
                     help="--pipeline: keep inductor's on-disk cache (default: a fresh one, so "
@@ -52,6 +60,8 @@ def main():
     torch.set_num_threads(args.threads)
     if args.pipeline:
         return pipeline(args)
+    if args.grid:
+        return grid_pipeline(args)
 
     import scipy
     import scipy.ndimage as sn
@@ -185,6 +195,40 @@ def pipeline(args):
         print(markdown_row([name, f"{t[name].best_ms / 1e3:.3f}", f"{r:.1f}x",
                             f"{goal[0]} {'ok' if goal[1] else 'MISSED'}" if goal[0] else ""]),
               flush=True)
+
+
+def augment_grid(m, vol, disp, angle, scale):
+    """Issue 41's augmentation (rank 2 or 3): rotation in the last plane, normalisation,
+    zoom, a displacement on a grid of the zoomed result's dtype."""
+    v = m.rotate(vol, angle, axes=(-2, -1), reshape=False, order=3, mode="nearest")
+    v = (v - v.mean()) / (v.std() + 1e-6)
+    v = m.zoom(v, scale, order=3, mode="nearest")
+    n = v.shape
+    grid = np.stack(np.meshgrid(*[np.arange(s, dtype=v.dtype) for s in n], indexing="ij"))
+    out = m.map_coordinates(v, grid + disp[(slice(None),) + tuple(slice(s) for s in n)],
+                            order=3, mode="reflect")
+    return np.clip(out, -3.0, 3.0)
+
+
+def grid_pipeline(args):
+    """augment_grid eager and compiled (one graph: explain's count shown), 3-D and 2-D."""
+    from nitorch_jit import ndimage as nn
+    rng = np.random.default_rng(0)
+    print_markdown([], ["augment_grid (float32)", "graph breaks", "eager (ms)",
+                        "compiled (ms)", "compiled's speed-up", "goal >= 1x"])
+    for shape in ((args.size,) * 3, (4 * args.size,) * 2):
+        big = tuple(int(round(s * 1.2)) + 1 for s in shape)
+        a = (rng.standard_normal(shape).astype(np.float32),
+             rng.uniform(-1, 1, (len(shape),) + big).astype(np.float32), 10.0, 1.2)
+        fn = lambda *b: augment_grid(nn, *b)  # noqa: E731 (one function object per rank)
+        breaks = torch._dynamo.explain(fn)(*a).break_reasons
+        compiled = torch.compile(fn, fullgraph=True)
+        t = measure({"compiled": lambda: compiled(*a), "eager": lambda: fn(*a)},
+                    repeat=args.repeat + 4, ours="compiled")
+        r = ratio(t["eager"], t["compiled"])
+        print(markdown_row([f"{'x'.join(map(str, shape))}", str(len(breaks)),
+                            f"{t['eager'].best_ms:.1f}", f"{t['compiled'].best_ms:.1f}",
+                            f"{r:.2f}x", "ok" if r >= 1 / 1.05 else "MISSED"]), flush=True)
 
 
 if __name__ == "__main__":
