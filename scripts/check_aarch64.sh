@@ -130,8 +130,11 @@ say "vectoriser: $vec_loops loops of csrc/ vectorised, $(neon "$VEC/regsolve.so"
 avx_left=$(aarch64-linux-gnu-nm -C "$VEC/regsolve.so" | grep -ci avx2 || true)
 
 # ------------------------------------------------------------------ the kernel tests
-# C against the TORCH twin (and scipy/interpol oracles) for every module and kernel family,
-# a subset: everything runs emulated (~10-50x slower than native)
+# C against the TORCH twin for every module and kernel family, a subset: everything runs
+# emulated (~25x the CPU time of native). Measured on the 2-core CI VM under load (cold run,
+# 2026-12-06): 267 tests in 980 s, of which resize's scipy.ndimage.zoom oracle took 227 s for
+# 15 cases (an oracle, not the twin: left to the native suite); the prebuild of every kernel
+# library and binding (tests/conftest.py) ~1260 s; each emulated torch import ~3-5 min.
 TESTS=(
   # pushpull: the six grid ops (pull/push/dot units), float64 and float32, strides, backward
   "tests/ops/pushpull/test_c.py::test_vs_torch"
@@ -149,7 +152,6 @@ TESTS=(
   "tests/ops/resize/test_resize.py::test_c_vs_torch"
   "tests/ops/resize/test_resize.py::test_c_strided_and_float32"
   "tests/ops/resize/test_resize.py::test_restrict_is_adjoint"
-  "tests/ops/resize/test_resize.py::test_vs_scipy_zoom"
   # splinc: spline_coeff, 1-4 dims, strides, float32
   "tests/ops/splinc/test_splinc.py::test_c_vs_torch"
   "tests/ops/splinc/test_splinc.py::test_c_vs_torch_strided"
