@@ -159,13 +159,15 @@ TESTS=(
   "tests/ops/splinc/test_splinc.py::test_vs_scipy"
 )
 say "tests: ${#TESTS[@]} groups in aarch64 python $PY_VER, torch $TORCH_VERSION, under qemu-user"
+# -o addopts=: one process, not the suite's pytest-xdist workers (each would import torch
+# under emulation, minutes apiece; the aarch64 site has no xdist)
 JUNIT=$WORK/junit.xml
 rm -f "$JUNIT"
 T1=$(date +%s)
 set +e
 (cd "$REPO" && env PYTHONPATH="$SITE:$REPO" PYTHONDONTWRITEBYTECODE= \
    CXX=aarch64-linux-gnu-g++ NI_USE_CUDA=0 NI_JIT_TEST_CACHE="$CACHE" \
-   "$WORK/bin/python3" -m pytest -q -p no:cacheprovider -m "not slow" --junitxml="$JUNIT" \
+   "$WORK/bin/python3" -m pytest -q -p no:cacheprovider -o addopts= -m "not slow" --junitxml="$JUNIT" \
    "${TESTS[@]}" "$@")
 rc=$?
 set -e
