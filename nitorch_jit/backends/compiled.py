@@ -221,6 +221,7 @@ def kernel_spec(name, device_type=None, archs=None):
     Returns
     -------
     nitorch_jit.jit.ModuleSpec
+        A torch-free library (``torch_free``), for ``jit.load``.
 
     Examples
     --------
@@ -295,6 +296,7 @@ def binding_abi(asked=None):
     Returns
     -------
     str
+        ``'stable'`` or ``'classic'``.
 
     Examples
     --------
@@ -364,6 +366,7 @@ def module_spec(module, device_type, archs=None, abi=None):
     Returns
     -------
     nitorch_jit.jit.ModuleSpec
+        What ``load_module`` builds and loads.
 
     Examples
     --------
@@ -424,6 +427,7 @@ def threads(module, device_type, abi=None):
     Returns
     -------
     str
+        Whether they run threads, on whose pool, and why.
 
     Examples
     --------

@@ -124,12 +124,11 @@ class PatchFinder(importlib.abc.MetaPathFinder):
     --------
     >>> from nitorch_jit.compat import PatchFinder
     >>> finder = PatchFinder()
-    >>> finder.find_spec("json") is None   # patches nothing until told
+    >>> finder.names.update(json="nitorch_jit.compat.interpol")
+    >>> type(finder.find_spec("json").loader).__name__   # the other finders' spec, wrapped
+    '_PatchingLoader'
+    >>> finder.find_spec("csv") is None   # not named: left to the other finders
     True
-    >>> finder.names["json"] = "nitorch_jit.compat.interpol"
-    >>> spec = finder.find_spec("json")    # found by the other finders, its loader wrapped
-    >>> spec.name, type(spec.loader).__name__
-    ('json', '_PatchingLoader')
     """
 
     def __init__(self):

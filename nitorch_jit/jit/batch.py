@@ -45,6 +45,7 @@ def max_jobs():
     Returns
     -------
     int
+        At least 1.
 
     Examples
     --------

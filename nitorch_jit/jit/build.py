@@ -69,6 +69,7 @@ def verbose():
     Returns
     -------
     bool
+        False when unset, empty, 0, false or no.
 
     Examples
     --------
@@ -144,7 +145,7 @@ def find_cached(key):
     Parameters
     ----------
     key : dict
-        From ``compute_key(spec)``.
+        As for ``explain``.
 
     Returns
     -------
@@ -388,6 +389,7 @@ def library_file(spec, folder):
     Returns
     -------
     pathlib.Path
+        In `folder`, which need not exist.
 
     Examples
     --------

@@ -74,6 +74,7 @@ def fallback_root():
     Returns
     -------
     pathlib.Path
+        The folder's path (this creates nothing).
 
     Examples
     --------

@@ -84,6 +84,7 @@ def write(text, stream=None):
     Returns
     -------
     None
+        A closed or broken stream is ignored: it must not fail the build whose line it is.
 
     Examples
     --------
@@ -113,7 +114,7 @@ def say(msg, stream=None):
     ----------
     msg : str
     stream : file, optional
-        Default: ``sys.stderr``.
+        As for ``write``.
 
     Returns
     -------
@@ -121,12 +122,10 @@ def say(msg, stream=None):
 
     Examples
     --------
-    >>> import io
+    >>> import sys
     >>> from nitorch_jit.jit import progress
-    >>> out = io.StringIO()
-    >>> progress.say("built splinc in 2.1 s", out)
-    >>> out.getvalue()
-    'nitorch_jit: built splinc in 2.1 s\\n'
+    >>> progress.say("built splinc in 2.1 s", sys.stdout)
+    nitorch_jit: built splinc in 2.1 s
     """
     write(PREFIX + msg + "\n", stream)
 
@@ -144,6 +143,7 @@ def status(text, stream=None):
     Returns
     -------
     None
+        Nothing is shown where there is no stderr (pythonw).
 
     Examples
     --------
@@ -168,11 +168,12 @@ def clear(stream=None):
     Parameters
     ----------
     stream : file, optional
-        Default: ``sys.stderr``.
+        The terminal of the status line; default ``sys.stderr``.
 
     Returns
     -------
     None
+        Nothing is written when no status line is shown.
 
     Examples
     --------

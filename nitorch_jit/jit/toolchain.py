@@ -50,6 +50,7 @@ def install_hint(target=None):
     Returns
     -------
     str
+        Words for an error message: what to install, and how.
 
     Examples
     --------
@@ -75,11 +76,12 @@ def default_cxx_name(target=None):
     Parameters
     ----------
     target : str, optional
-        A ``sys.platform`` value (default: this one).
+        The ``sys.platform`` built for (default: this one).
 
     Returns
     -------
     str
+        A command, looked up on PATH.
 
     Examples
     --------
@@ -87,7 +89,12 @@ def default_cxx_name(target=None):
     >>> toolchain.default_cxx_name("win32"), toolchain.default_cxx_name("linux")
     ('cl', 'c++')
     """
-    return "cl" if (sys.platform if target is None else target) == "win32" else "c++"
+    return "cl" if _targets_windows(target) else "c++"
+
+
+def _targets_windows(target):
+    """Whether `target` (a ``sys.platform`` value; None: this one) is Windows."""
+    return (sys.platform if target is None else target) == "win32"
 
 
 def _is_cl(path):
@@ -337,19 +344,20 @@ def library_suffix(target=None):
     Parameters
     ----------
     target : str, optional
-        A ``sys.platform`` value (default: this one).
+        Where the library is loaded: a ``sys.platform`` value (default: this one).
 
     Returns
     -------
     str
+        The suffix with its dot.
 
     Examples
     --------
     >>> from nitorch_jit.jit import toolchain
-    >>> toolchain.library_suffix("win32"), toolchain.library_suffix("darwin")
-    ('.pyd', '.so')
+    >>> [toolchain.library_suffix(target) for target in ("linux", "darwin", "win32")]
+    ['.so', '.so', '.pyd']
     """
-    return ".pyd" if (sys.platform if target is None else target) == "win32" else ".so"
+    return ".pyd" if _targets_windows(target) else ".so"
 
 
 @functools.lru_cache(None)
@@ -391,6 +399,7 @@ def translate_flags(flags, cc):
     Returns
     -------
     list of str
+        A new list (`flags` is left as it was).
 
     Raises
     ------
@@ -457,6 +466,7 @@ def shared_library_command(cc, sources, output, cflags=(), system_include_dirs=(
     Returns
     -------
     list of str
+        The compiler and its arguments, for ``subprocess.run``.
 
     Examples
     --------
@@ -505,6 +515,7 @@ def torch_rpaths(cc, library_dirs):
     Returns
     -------
     list of str
+        Empty but on macOS.
 
     Examples
     --------
@@ -531,6 +542,7 @@ def fast_paths(cc=None):
     Returns
     -------
     str
+        The AVX2 + FMA paths, or portable code and why, in one line.
 
     Examples
     --------
@@ -979,11 +991,12 @@ def openmp(cc=None):
     Parameters
     ----------
     cc : Compiler, optional
-        Default: ``compiler()``.
+        The compiler that builds the binding; default ``compiler()``.
 
     Returns
     -------
     OpenMP
+        The plan's, or off (``warn``) when the probe failed.
 
     Examples
     --------
@@ -1050,6 +1063,7 @@ def sanitizer_flags(cc=None, check_runtime=True):
     Returns
     -------
     list of str
+        Empty when ``NI_JIT_SANITIZE`` asks for none.
 
     Raises
     ------
