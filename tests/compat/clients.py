@@ -57,7 +57,9 @@ def client_env(**extra):
 def run_pytest(args, cwd, env, timeout=1800):
     """Run pytest in a subprocess; return {nodeid: outcome} from its junit XML, and the log."""
     xml = Path(cwd) / f"junit-{os.getpid()}-{abs(hash(tuple(args)))}.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    # -n0: one process (pytest-xdist is installed with the suite; the suite's own workers
+    # have the cores already)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n0", "-p", "no:cacheprovider",
            f"--junitxml={xml}", *args]
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
