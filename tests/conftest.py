@@ -144,6 +144,7 @@ def monai_own_c(tmp_path_factory):
     built once per run; serve it with tests/compat/plugins/monai_own.py (``MONAI_OWN_C``)."""
     import importlib.util
     import subprocess
+    import sys
     from pathlib import Path
     from tests.compat.clients import REPO, SHARED
     if importlib.util.find_spec("monai") is None:
@@ -159,9 +160,12 @@ def monai_own_c(tmp_path_factory):
     import filelock
     build.mkdir(parents=True, exist_ok=True)
     with filelock.FileLock(str(build) + ".lock"):
+        # the script's python is this one (an unactivated venv's python runs the suite too)
+        path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
         res = subprocess.run(["bash", str(REPO / "scripts" / "build_monai.sh"), str(csrc),
                               str(build)],
-                             env=dict(os.environ, MONAI_INSTALL="0", MONAI_RESAMPLE_ONLY="1"),
+                             env=dict(os.environ, MONAI_INSTALL="0", MONAI_RESAMPLE_ONLY="1",
+                                      PATH=path),
                              capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
         _monai_unavailable("MONAI's own _C did not build here:\n"

@@ -421,7 +421,8 @@ def test_docstring_examples():
     runner = doctest.DocTestRunner()
     for test in doctest.DocTestFinder().find(backends.plan, "plan", globs={}):
         runner.run(test)
-    assert tuple(runner.summarize(verbose=False)) == (0, 3)  # (failed, attempted)
+    failed, attempted = runner.summarize(verbose=False)
+    assert failed == 0 and attempted >= 3, (failed, attempted)
 
 
 # ------------------------------------------------------------------ with MONAI's build
