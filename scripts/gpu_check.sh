@@ -128,7 +128,7 @@ tests/cuda/gpu/test_ndimage.py \
 tests/cuda/test_build.py tests/frontends/test_reslice.py::test_cuda_matches_cpu \
 tests/jit/test_jit.py::test_arch_list_parsing tests/jit/test_jit.py::test_nvcc_wrapper_is_resolved}
 # shellcheck disable=SC2086
-limit 600 "$PY" -m pytest -q -p no:cacheprovider -rs --durations=5 -k "not builds_and_registers" \
+limit 600 "$PY" -m pytest -q -o addopts= -p no:cacheprovider -rs --durations=5 -k "not builds_and_registers" \
     $TESTS 2>&1 | tee "$WORK/pytest.txt"
 TESTS_RC=$?
 [ $TESTS_RC -ne 0 ] && STATUS=1

@@ -5,6 +5,7 @@ import tempfile
 # for CPU-only machines): tests set what they need. Kept: the suite's own switches, and
 # NI_JIT_SANITIZE, the build mode the sanitizer check runs the kernel tests under.
 KEPT = {"NI_JIT_TEST_CACHE", "NI_JIT_REQUIRE_MONAI", "NI_JIT_SHARED", "NI_JIT_SANITIZE",
+        "NI_JIT_TEST_SERVED",
         "NI_JIT_TEST_PREBUILT"}
 for _name in [n for n in os.environ if n.startswith("NI_") and n not in KEPT]:
     del os.environ[_name]

@@ -1,5 +1,7 @@
 """A pytest plugin that makes the process choose the TORCH backend (the root conftest clears
-NI_COMPILED_BACKEND at import, so it is set once the session starts) and reports who served."""
+NI_COMPILED_BACKEND at import, so it is set once the session starts) and reports who served:
+a line ``SERVED BY [...]`` appended to the file ``NI_JIT_TEST_SERVED`` names, by each process
+that ran tests (pytest-xdist's workers each write their own; the controller runs none)."""
 import os
 
 
@@ -9,4 +11,9 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     from nitorch_jit import backends
-    print("\nSERVED BY", sorted({b for b, _ in backends.status().values()}))
+    served = backends.status()
+    out = os.environ.get("NI_JIT_TEST_SERVED")
+    if out and served:
+        # one short line in one append: whole, whatever the number of workers
+        with open(out, "a") as f:
+            f.write(f"SERVED BY {sorted({b for b, _ in served.values()})}\n")
