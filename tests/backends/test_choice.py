@@ -95,22 +95,8 @@ def test_import_compiles_nothing_and_compiled_backend_builds(tmp_path):
     assert "compiling the binding of 'pushpull' for CPU" in proc.stderr
 
 
-def seed_kernels(root, module):
-    """Copy `module`'s kernel libraries (not its bindings) from the suite's prebuilt cache
-    into `root`: a test of what `build` and the bindings do then compiles a binding only,
-    not the minutes of kernels the suite built once already."""
-    import shutil
-    root.mkdir(parents=True, exist_ok=True)
-    for entry in Path(os.environ["NI_JIT_CACHE_DIR"]).glob(f"{module}.*"):
-        if (entry / "manifest.json").is_file():
-            shutil.copytree(entry, root / entry.name)
-    # a kept suite cache (NI_JIT_TEST_CACHE) may hold kernels of older sources: not those
-    assert run(["-m", "nitorch_jit", "cache", "clear", "--stale"], root).returncode == 0
-
-
 def test_cli_info_build_list_clear(tmp_path):
     root = tmp_path / "c"
-    seed_kernels(root, "pushpull")
     cli = ["-m", "nitorch_jit"]
     info = run(cli + ["info"], root)
     assert info.returncode == 0, info.stderr
