@@ -11,12 +11,30 @@ for _name in [n for n in os.environ if n.startswith("NI_") and n not in KEPT]:
     del os.environ[_name]
 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
 
-# The suite's one cache, prebuilt once at the start (pytest_sessionstart below), so that no
-# test pays for a compile another test paid for; tests of first use, cold caches, faults and
-# upgrades make caches of their own. NI_JIT_TEST_CACHE keeps it between local runs. Set here,
-# in the environment, so that pytest-xdist's workers (and every subprocess) share it.
+
+
+def _kept_test_cache():
+    """The suite's cache kept between runs: a folder beside the user's own cache
+    (``~/.cache/nitorch_jit-tests`` on Linux), or None where there is no usable home."""
+    try:
+        import platformdirs
+        path = platformdirs.user_cache_dir("nitorch_jit") + "-tests"
+    except (ImportError, RuntimeError, KeyError, OSError):
+        return None
+    return path if os.path.isabs(path) else None
+
+
+# The suite's one cache, prebuilt at the start (pytest_sessionstart below), so that no test
+# pays for a compile another test paid for; tests of first use, cold caches, faults and
+# upgrades make caches of their own. It is kept between runs (its entries are keyed like any:
+# changed sources, flags or torch build new ones, and the prebuild clears the stale), so a
+# second run compiles nothing; NI_JIT_TEST_CACHE=DIR picks another folder (an empty one: a cold
+# run, as CI's). Set here, in the environment, so that pytest-xdist's workers (and every
+# subprocess) share it.
+if not os.environ.get("NI_JIT_TEST_CACHE") and _kept_test_cache():
+    os.environ["NI_JIT_TEST_CACHE"] = _kept_test_cache()
 _MADE_CACHE = not os.environ.get("NI_JIT_TEST_CACHE")
-if _MADE_CACHE:
+if _MADE_CACHE:  # no usable home: a folder for this run, removed after it
     os.environ["NI_JIT_TEST_CACHE"] = tempfile.mkdtemp(prefix="nitorch_jit_test_cache_")
 os.environ["NI_JIT_CACHE_DIR"] = os.environ["NI_JIT_TEST_CACHE"]
 
@@ -29,15 +47,20 @@ def pytest_sessionstart(session):
     """Prebuild the suite's cache with the project's own parallel prebuild (the controller
     only, under pytest-xdist; a warm cache builds nothing). Its time is reported at the end.
     NI_JIT_TEST_PREBUILT=0 skips it (a test run that compiles on demand)."""
+    import time
+    session.config._nj_started = time.time()
     if hasattr(session.config, "workerinput") or session.config.option.collectonly or \
             os.environ.get("NI_JIT_TEST_PREBUILT", "1") == "0":
         return
     import subprocess
     import sys
-    import time
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "nitorch_jit", "build", "--no-cuda"],
-                         capture_output=True, text=True, timeout=3600)
+    # one process: the stale entries of a kept cache go (other sources, flags, torch), then
+    # the parallel prebuild fills what is missing (nothing, on a second run)
+    code = ("import sys; from nitorch_jit import cli; cli.main(['cache', 'clear', '--stale']); "
+            "sys.exit(cli.main(['build', '--no-cuda']))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=3600)
     session.config._nj_prebuild = (time.perf_counter() - t0, res.returncode,
                                    (res.stdout + res.stderr)[-3000:])
     # for tests/jit/test_prebuild.py (the workers of pytest-xdist see files, not the config)
@@ -71,18 +94,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                       + ("" if rc == 0 else f" (FAILED, exit {rc}; tests compile on demand):\n"
                          + tail))
 
-    def compiled(manifests):
+    def compiled(manifests, since=0.0):
         seconds = []
         for manifest in manifests:
             try:
-                seconds.append(float(json.loads(manifest.read_text())["build_seconds"]))
+                if manifest.stat().st_mtime >= since:
+                    seconds.append(float(json.loads(manifest.read_text())["build_seconds"]))
             except (OSError, ValueError, KeyError, TypeError):
                 pass
         return len(seconds), sum(seconds)
 
-    count, total = compiled(Path(os.environ["NI_JIT_CACHE_DIR"]).glob("*/manifest.json"))
-    tr.write_line(f"nitorch_jit: the suite's cache holds {count} builds, {total:.0f} s of "
-                  f"compiling (summed over parallel builds)")
+    # the builds of this run (a kept cache holds earlier runs' too)
+    since = getattr(config, "_nj_started", 0.0)
+    count, total = compiled(Path(os.environ["NI_JIT_CACHE_DIR"]).glob("*/manifest.json"), since)
+    tr.write_line(f"nitorch_jit: the suite's cache got {count} builds, {total:.0f} s of "
+                  f"compiling (summed over parallel builds), in {os.environ['NI_JIT_CACHE_DIR']}")
     # the tests' own caches (cold-cache, fault and upgrade tests) under pytest's temporary
     # folder, the workers' included
     factory = getattr(config, "_tmp_path_factory", None)
@@ -155,7 +181,9 @@ def monai_own_c(tmp_path_factory):
         _monai_unavailable("MONAI's C++ sources (../shared/third_party/monai-csrc) are absent: "
                            "a user's checkout")
     # a kept test cache keeps the build too (ninja rebuilds nothing when nothing changed)
-    build = Path(os.environ["NI_JIT_TEST_CACHE"]) / "monai_build"
+    import torch
+    tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+    build = Path(os.environ["NI_JIT_TEST_CACHE"]) / f"monai_build-{tag}"
     # one build at a time into the folder: pytest-xdist's workers each ask for it, and the
     # second reuses the first's (ninja rebuilds nothing)
     import filelock
@@ -166,7 +194,7 @@ def monai_own_c(tmp_path_factory):
         res = subprocess.run(["bash", str(REPO / "scripts" / "build_monai.sh"), str(csrc),
                               str(build)],
                              env=dict(os.environ, MONAI_INSTALL="0", MONAI_RESAMPLE_ONLY="1",
-                                      PATH=path),
+                                      MONAI_OPT="-O1", PATH=path),
                              capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
         _monai_unavailable("MONAI's own _C did not build here:\n"

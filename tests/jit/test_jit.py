@@ -1,7 +1,9 @@
 """The JIT loader: keys, cache verification, locking, failure modes, CLI.
 
-Most cases build tests/jit/data/tiny_op.cpp (a few seconds) in a fresh process with its own cache
-root, so they exercise exactly what a user's first call does.
+Most cases build the tiny test library (tests/jit/data/load_tiny.py: on torch's stable ABI where
+torch has it, about 2 s; the classic headers otherwise, and where a test needs the build worker)
+in a fresh process with its own cache root, so they exercise exactly what a user's first call
+does.
 """
 import json
 import os
@@ -202,7 +204,10 @@ def _group_alive(pgid):
 
 def test_builder_killed_mid_compile_blocks_nobody(tmp_path):
     root = tmp_path / "cache"
-    proc = subprocess.Popen([sys.executable, str(TINY), "7"], env=_env(root),
+    # the classic build: its compile runs in a build worker (the path of CUDA bindings and of
+    # torch < 2.13), whose whole process group must stop with the builder
+    proc = subprocess.Popen([sys.executable, str(TINY), "7"],
+                            env=_env(root, TINY_ABI="classic"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stderr.readline()  # the progress line: the build has started, lock held
     assert "compiling" in line
@@ -217,7 +222,7 @@ def test_builder_killed_mid_compile_blocks_nobody(tmp_path):
         while _group_alive(workers[0]) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _group_alive(workers[0]), "the compile went on after its builder died"
-    after = run_tiny(root, offset=7, NI_JIT_LOCK_TIMEOUT=300)
+    after = run_tiny(root, offset=7, NI_JIT_LOCK_TIMEOUT=300, TINY_ABI="classic")
     assert result(after) == [7.0, 7.0, 7.0]
 
 

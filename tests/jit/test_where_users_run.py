@@ -495,7 +495,9 @@ def test_the_cluster_recipe_shares_with_other_users(other_user, world_dir, monke
         path.chmod(0o644)
     tiny, tiny_src = data / TINY.name, data / "tiny_op.cpp"
     shared = world_dir / "shared" / "nitorch_jit"
-    env = dict(os.environ, NI_JIT_CACHE_DIR=str(shared), PYTHONPATH=str(REPO))
+    # the classic build: EXPLAIN and the stand-in below name tiny_op.cpp's key
+    env = dict(os.environ, NI_JIT_CACHE_DIR=str(shared), PYTHONPATH=str(REPO),
+               TINY_ABI="classic")
     built = subprocess.run([sys.executable, str(tiny), "2"], env=env, capture_output=True,
                            text=True, timeout=600)
     assert built.returncode == 0, built.stderr
