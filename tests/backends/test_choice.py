@@ -53,6 +53,7 @@ def result(proc):
     return json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1][7:])
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_no_compiler_unset_warns_and_uses_torch(tmp_path):
     # MONAI's compiled routines would stand in before TORCH (tests/backends/test_monai.py): hide
     # an installed monai behind one that cannot be imported
@@ -66,12 +67,14 @@ def test_no_compiler_unset_warns_and_uses_torch(tmp_path):
     assert "no C++ compiler" in proc.stderr and "NI_COMPILED_BACKEND=TORCH" in proc.stderr
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_no_compiler_backend_c_raises(tmp_path):
     proc = run(PULL, tmp_path / "c", CXX="/nonexistent/c++", NI_COMPILED_BACKEND="C")
     assert proc.returncode != 0
     assert "NI_COMPILED_BACKEND=C" in proc.stderr and "no C++ compiler" in proc.stderr
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_backend_torch_and_ts_alias_compile_nothing(tmp_path):
     for name in ("TORCH", "TS"):
         proc = run(PULL, tmp_path / "c", NI_COMPILED_BACKEND=name, NI_SHOW_COMPILED_BACKEND=1)
@@ -80,12 +83,14 @@ def test_backend_torch_and_ts_alias_compile_nothing(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_backend_bad_value(tmp_path):
     # NI_COMPILED_BACKEND=MONAI: tests/backends/test_monai.py
     proc = run(PULL, tmp_path / "c", NI_COMPILED_BACKEND="FAST")
     assert proc.returncode != 0 and "is not one of C, TORCH" in proc.stderr
 
 
+@pytest.mark.slow  # builds in a cold cache of its own
 def test_import_compiles_nothing_and_compiled_backend_builds(tmp_path):
     root = tmp_path / "c"
     proc = run("import nitorch_jit", root)
@@ -95,6 +100,7 @@ def test_import_compiles_nothing_and_compiled_backend_builds(tmp_path):
     assert "compiling the binding of 'pushpull' for CPU" in proc.stderr
 
 
+@pytest.mark.slow  # builds in a cold cache of its own
 def test_cli_info_build_list_clear(tmp_path):
     root = tmp_path / "c"
     cli = ["-m", "nitorch_jit"]
@@ -151,6 +157,7 @@ def test_cli_info_build_list_clear(tmp_path):
     assert "no entries" in run(cli + ["cache", "list"], root).stdout
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_cli_bench_all_modules(tmp_path):
     # the suite's cache: the modules are built already (or built once, here)
     proc = run(["-m", "nitorch_jit", "bench", "--module", "all", "--size", "12", "--repeat", "1"],
@@ -208,6 +215,7 @@ def _rss_mib():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the block cache is Linux's")
 def test_output_cache_reuses_blocks_and_empty_cache_returns_them(tmp_path):
     """Freed CPU outputs of >= 32 MiB are kept (output_cache_mb) and the next output of that
@@ -224,6 +232,7 @@ def test_output_cache_reuses_blocks_and_empty_cache_returns_them(tmp_path):
     assert res.returncode == 0 and res.stdout.split()[-1:] == ["OK"], res.stderr[-3000:]
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the block cache is Linux's")
 def test_one_process_state_for_every_binding(tmp_path):
     """The knobs and the block cache of large outputs are one per process (issue 31), not one

@@ -342,6 +342,7 @@ print("RESULT", json.dumps([out, [str(w.message) for w in caught]]))
 """
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 @pytest.mark.parametrize("where", ["table", "impl"])
 def test_provider_failing_halfway_leaves_nothing_registered(tmp_path, where):
     proc = subprocess.run([sys.executable, "-c", HALFWAY, where], capture_output=True, text=True,
@@ -375,6 +376,7 @@ def _run(code, tmp_path, own_c=None, **env):
                           timeout=600)
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_monai_without_C_end_to_end(tmp_path):
     # a pure-Python monai first on the path, as `pip install monai` leaves it
     fake = tmp_path / "site" / "monai"
@@ -404,6 +406,7 @@ def _info_lines(proc):
     return next(x for x in out.splitlines() if x.strip().startswith("cpu   pushpull"))
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_cli_info_says_what_monai_serves(tmp_path):
     """Without monai._C (PyPI's monai): pushpull is an error that says how to build it."""
     line = _info_lines(_run(INFO, tmp_path, NI_COMPILED_BACKEND="MONAI"))

@@ -22,6 +22,7 @@ def _script():
 first_use = _script()
 
 
+@pytest.mark.slow  # runs the script
 def test_smoke_run_writes_the_record(tmp_path):
     # the smallest mode: one fresh process on the pure-PyTorch provider, CAL given
     record = tmp_path / "first_use.json"
@@ -44,6 +45,7 @@ def test_smoke_run_writes_the_record(tmp_path):
     assert "first 3-D order-1 float32 grid_pull" in r.stdout
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_bad_arguments_are_named(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), "--cal", "0"], capture_output=True,
                        text=True, timeout=60)

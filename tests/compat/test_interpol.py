@@ -614,6 +614,7 @@ def run_py(code, tmp_path, **env):
 OURS = "lambda f: f.__module__.startswith('nitorch_jit')"
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_install_serves_interpol_imported_later_and_lazily(tmp_path):
     (tmp_path / "lazy_client.py").write_text(
         "def warp(x, g):\n    import interpol\n    return interpol.grid_pull(x, g, 3, 'dct2', "
@@ -650,6 +651,7 @@ def test_install_serves_interpol_imported_later_and_lazily(tmp_path):
     assert lines[2:] == ["True", "False False [] False"], lines
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_install_interpol_false_leaves_it_alone(tmp_path):
     res = run_py(f"""
         import nitorch_jit.compat as c
@@ -660,6 +662,7 @@ def test_install_interpol_false_leaves_it_alone(tmp_path):
     assert res.stdout.split() == ["False", "[]"], res.stderr
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_already_imported_is_served_from_then_on(tmp_path):
     res = run_py(f"""
         import interpol, nitorch_jit.compat as c
@@ -669,6 +672,7 @@ def test_already_imported_is_served_from_then_on(tmp_path):
     assert res.stdout.split() == ["True", "True"], res.stderr
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_already_imported_and_held_elsewhere_is_an_error(tmp_path):
     (tmp_path / "holder.py").write_text("from interpol import grid_pull\n")
     res = run_py("""
@@ -687,6 +691,7 @@ def test_already_imported_and_held_elsewhere_is_an_error(tmp_path):
     assert res.stdout.splitlines()[-1] == "interpol.api [] []", res.stdout
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_changed_signature_stays_interpols_own_with_a_warning(tmp_path):
     """interpol's next release: a function whose signature changed is not swapped."""
     res = run_py("""
@@ -706,6 +711,7 @@ def test_changed_signature_stays_interpols_own_with_a_warning(tmp_path):
     assert "interpol.grid_pull" in lines[1] and "interpol's own" in lines[1]
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_runner_serves_interpol_unless_told_not_to(tmp_path):
     (tmp_path / "prog.py").write_text(
         "import interpol\nprint(interpol.grid_pull.__module__)\n")
@@ -728,6 +734,7 @@ def test_info_says_whether_interpol_is_served(tmp_path):
         assert line and f"in this process: {expect}" in line[0], res.stdout[-2000:]
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_plugin_serves_interpol(tmp_path):
     (tmp_path / "test_probe.py").write_text(
         "import interpol\n"

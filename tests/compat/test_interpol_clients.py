@@ -27,6 +27,9 @@ import torch
 from nitorch_jit.bench import stopwatch
 from tests.compat.clients import client_env, counts, need, need_shared, run_pytest
 
+# the quick tier leaves out: client processes (their own suites, imports of the clients)
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parent
 COMPAT = ["-p", "nitorch_jit.compat.pytest_plugin"]
 REACH = ["-p", "interpol_reach"]  # after the compat plugin: it wraps whichever interpol is served

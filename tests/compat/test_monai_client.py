@@ -9,6 +9,9 @@ import pytest
 
 from tests.compat.clients import client_env, counts, run_pytest
 
+# the quick tier leaves out: client processes (their own suites, imports of the clients)
+pytestmark = pytest.mark.slow
+
 CORE = ["tests/utils/test_enum_bound_interp.py", "tests/networks/layers/test_grid_pull.py",
         "tests/networks/blocks/warp/test_warp.py"]
 TRANSFORMS = [f"tests/transforms/{f}.py" for f in (
@@ -29,6 +32,7 @@ def _by_file(outcomes, path):
     return {k: v for k, v in outcomes.items() if k.startswith(mod + ".") or k.startswith(mod + "::")}
 
 
+@pytest.mark.slow  # MONAI's own tests, a client process
 def test_monai_own_resampling_tests(monai_tree):
     """test_enum_bound_interp 2/2, test_grid_pull 224/224, test_warp all but its itk case, at
     the default thread count: with the parallel grain (issue #19) test_warp's ~30,000 tiny

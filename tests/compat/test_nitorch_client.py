@@ -14,6 +14,9 @@ import torch
 
 from tests.compat.clients import client_env, counts, need, run_pytest
 
+# the quick tier leaves out: client processes (their own suites, imports of the clients)
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parent
 # the differential cases run NITorch twice (TS, then ours) in subprocesses: slow
 pytest_mark_slow = pytest.mark.slow

@@ -37,6 +37,7 @@ def fake_client(root):
 
 
 # ----------------------------------------------------------------------------- activation
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_finder_serves_modules_with_file_and_no_path(tmp_path):
     fake_client(tmp_path)
     res = run_py("""
@@ -53,6 +54,7 @@ def test_finder_serves_modules_with_file_and_no_path(tmp_path):
     assert lines[1].split() == ["True", "True", "True", "False", "True"]
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_nothing_is_imported_until_asked(tmp_path):
     res = run_py("""
         import sys, nitorch_jit.compat as c
@@ -64,6 +66,7 @@ def test_nothing_is_imported_until_asked(tmp_path):
     assert res.stdout.split() == ["False", "False", "{}"], res.stderr
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_real_compiled_module_wins(tmp_path):
     fake_client(tmp_path)
     (tmp_path / "nitorch" / "_C" / "spatial.py").write_text("REAL = True\n")
@@ -78,6 +81,7 @@ def test_real_compiled_module_wins(tmp_path):
 
 @pytest.mark.parametrize("client,chooser", [("nitorch", "nitorch._C.grid"),
                                             ("monai", "monai.config")])
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_install_after_the_choice_is_an_error(tmp_path, client, chooser):
     fake_client(tmp_path)
     (tmp_path / "nitorch" / "_C" / "grid.py").write_text("")
@@ -92,6 +96,7 @@ def test_install_after_the_choice_is_an_error(tmp_path, client, chooser):
     assert chooser in res.stdout and "before importing" in res.stdout
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_install_is_idempotent_and_uninstall(tmp_path):
     # A fresh interpreter: in this one another test module may have imported monai already,
     # and install() then rightly refuses to serve it.
@@ -108,6 +113,7 @@ def test_install_is_idempotent_and_uninstall(tmp_path):
     assert res.stdout.split() == ["ok"], res.stderr
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_installing_the_package_changes_nothing(tmp_path):
     """No .pth, no auto-activation: a fresh interpreter has no compat finder."""
     res = run_py("""
@@ -117,6 +123,7 @@ def test_installing_the_package_changes_nothing(tmp_path):
     assert res.stdout.split() == ["False"], res.stderr
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_runner_runs_module_and_script(tmp_path):
     fake_client(tmp_path)
     (tmp_path / "prog.py").write_text(
@@ -152,6 +159,7 @@ def test_runner_finds_scripts_of_an_unactivated_venv(tmp_path, monkeypatch):
         run._script("prog")
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_our_monai_backend_refuses_the_shim(tmp_path):
     """NI_COMPILED_BACKEND=MONAI with monai._C being our shim: a clear error, no recursion."""
     fake_client(tmp_path)
@@ -322,6 +330,7 @@ def test_resize_family_adjoints():
                                nj.prolong(x, bound="dct2"))
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_the_pytest_plugin_installs_when_registered_not_when_imported(tmp_path):
     """Importing it changes nothing (``--doctest-modules nitorch_jit`` imports every module,
     and runs the examples, the compat's among them, in that process); ``-p`` installs the

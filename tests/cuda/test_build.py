@@ -114,6 +114,7 @@ def _result(proc):
     return json.loads(lines(proc, "RESULT")[-1])
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_cuda_without_toolkit_falls_back_to_torch_once(tmp_path):
     # a CUDA_HOME that points nowhere is an explicit setting: no other toolkit is tried
     proc = run(FALLBACK, tmp_path, CUDA_HOME=str(tmp_path / "no-cuda"))
@@ -129,6 +130,7 @@ def test_cuda_without_toolkit_falls_back_to_torch_once(tmp_path):
         p.name.startswith("pushpull-cuda") for p in (tmp_path / "cache").iterdir())
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_cuda_without_toolkit_backend_c_raises(tmp_path):
     code = "from nitorch_jit import backends; backends.ensure('pushpull', 'cuda')"
     proc = run(code, tmp_path, CUDA_HOME=str(tmp_path / "no-cuda"), NI_COMPILED_BACKEND="C")
@@ -136,6 +138,7 @@ def test_cuda_without_toolkit_backend_c_raises(tmp_path):
     assert "NI_COMPILED_BACKEND=C" in proc.stderr and "CUDA" in proc.stderr
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_cuda_builds_off_falls_back(tmp_path):
     proc = run(FALLBACK, tmp_path, NI_USE_CUDA="0")
     first, second, msgs, has, _ = _result(proc)
@@ -144,6 +147,7 @@ def test_cuda_builds_off_falls_back(tmp_path):
         assert "NI_USE_CUDA=0" in msgs[0]
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_bad_arch_list_falls_back_with_reason(tmp_path):
     proc = run(FALLBACK, tmp_path, TORCH_CUDA_ARCH_LIST="sm_bogus")
     first, _, msgs, _, _ = _result(proc)

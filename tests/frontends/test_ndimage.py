@@ -358,6 +358,7 @@ def test_nonfinite_coordinates_give_cval():
         assert abs(out[3] - 2.0) < 1e-12
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_import_is_lazy():
     code = ("import sys, nitorch_jit; assert 'nitorch_jit.ndimage' not in sys.modules; "
             "m = nitorch_jit.ndimage; assert m.zoom and 'nitorch_jit.ndimage' in sys.modules")

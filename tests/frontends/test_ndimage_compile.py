@@ -13,6 +13,9 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounter, CompileCounterWithBackend
 
+# the quick tier leaves out: torch.compile (dynamo and inductor, seconds a graph)
+pytestmark = pytest.mark.slow
+
 sn = pytest.importorskip("scipy.ndimage")
 from nitorch_jit import ndimage as nn  # noqa: E402
 

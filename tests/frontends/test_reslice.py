@@ -499,6 +499,7 @@ def test_missing_nibabel_says_so(monkeypatch):
         nj.reslice("a.nii", "b.nii")
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_import_does_not_import_nibabel():
     code = "import sys, nitorch_jit; nitorch_jit.reslice; print('nibabel' in sys.modules)"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -123,6 +123,7 @@ def test_key_follows_compiler(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- cache life
+@pytest.mark.slow  # builds in a cold cache of its own
 def test_cold_cache_builds_once_then_loads_silently(tmp_path):
     root = tmp_path / "cache"
     first = run_tiny(root)
@@ -154,6 +155,7 @@ def _entries(root):
         os.environ["NI_JIT_CACHE_DIR"] = old
 
 
+@pytest.mark.slow  # builds in a cold cache of its own
 def test_truncated_library_is_rebuilt(tmp_path):
     root = tmp_path / "cache"
     result(run_tiny(root))
@@ -167,6 +169,7 @@ def test_truncated_library_is_rebuilt(tmp_path):
     assert entry.verify() is None
 
 
+@pytest.mark.slow  # builds in a cold cache of its own
 def test_four_processes_on_a_cold_cache_build_once(tmp_path):
     root = tmp_path / "cache"
     procs = [subprocess.Popen([sys.executable, str(TINY), "3"], env=_env(root),
@@ -202,6 +205,7 @@ def _group_alive(pgid):
     return True
 
 
+@pytest.mark.slow  # builds in a cold cache of its own
 def test_builder_killed_mid_compile_blocks_nobody(tmp_path):
     root = tmp_path / "cache"
     # the classic build: its compile runs in a build worker (the path of CUDA bindings and of
@@ -226,6 +230,7 @@ def test_builder_killed_mid_compile_blocks_nobody(tmp_path):
     assert result(after) == [7.0, 7.0, 7.0]
 
 
+@pytest.mark.slow  # builds in a cold cache of its own
 def test_failed_build_keeps_log_and_publishes_nothing(tmp_path):
     src = tmp_path / "bad.cpp"
     src.write_text("#include <ATen/ATen.h>\nint broken( { return 0; }\n")
@@ -261,6 +266,7 @@ def test_root_writable_by_others_is_refused(tmp_path, monkeypatch):
         cache.writable_root()
 
 
+@pytest.mark.slow  # builds in a cold cache of its own
 def test_prebuilt_entry_in_second_root_loads_without_writing(tmp_path):
     prebuilt = tmp_path / "prebuilt"
     result(run_tiny(prebuilt, offset=2))

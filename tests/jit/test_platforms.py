@@ -370,6 +370,7 @@ def _run(tmp_path, cxx, **env):
                           timeout=600)
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_a_compiler_that_fails_warns_once_and_uses_torch(tmp_path):
     fake = _fake_compiler(tmp_path / "bin", "g++", "g++ (Debian 4.8.5-1) 4.8.5")
     proc = _run(tmp_path, fake)

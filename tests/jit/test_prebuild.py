@@ -232,6 +232,7 @@ def kernel_entries(tmp_path, monkeypatch):
     return SimpleNamespace(root=root, current=current, stale=stale)
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_cache_list_groups_kernel_libraries_under_their_module(kernel_entries, capsys):
     assert cli.main(["cache", "list"]) == 0
     out = capsys.readouterr().out
@@ -266,6 +267,7 @@ def test_unreachable_is_judged_per_device():
     assert cache.unreachable([entry], {entry.path.name}, {"cuda"}) == []
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_info_says_what_a_call_compiles(kernel_entries, capsys):
     assert cli.main(["info"]) == 0
     out = capsys.readouterr().out

@@ -390,6 +390,7 @@ def test_a_tilde_in_the_variable_without_a_home_is_our_error(fake, monkeypatch, 
         cache.roots()
 
 
+@pytest.mark.slow  # builds in a cold cache of its own
 def test_no_usable_root_falls_back_to_torch_or_names_the_variable_with_C(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
@@ -484,6 +485,7 @@ for _ in range(3):
 """
 
 
+@pytest.mark.slow  # builds in a cold cache of its own
 def test_the_cluster_recipe_shares_with_other_users(other_user, world_dir, monkeypatch,
                                                      capsys):
     # the other user reads the test's files from a copy it can reach: the checkout may lie
@@ -564,6 +566,7 @@ print("HOMELESS", json.dumps([str(r) for r in cache.roots()]))
 """
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 @ROOT_ONLY
 def test_a_uid_without_passwd_entry_or_home_really_runs(world_dir):
     uid = next(u for u in range(4242, 60000) if not _has_passwd_entry(u))
@@ -620,6 +623,7 @@ def test_the_estimate_is_the_newest_build_of_the_module(monkeypatch, tmp_path):
 
 
 # ----------------------------------------------------------------------------- info
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_info_shows_each_root_and_where_builds_go(monkeypatch, tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("")

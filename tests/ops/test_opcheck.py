@@ -142,6 +142,7 @@ def test_opcheck(name):
 
 @pytest.mark.skipif(os.environ.get("NI_COMPILED_BACKEND", "").upper() in ("TORCH", "TS"),
                     reason="already on the TORCH backend")
+@pytest.mark.slow  # a nested test run
 def test_opcheck_torch_backend():
     """The same checks with the pure-PyTorch kernels registered (one backend per process)."""
     env = dict(os.environ, NI_COMPILED_BACKEND="TORCH")

@@ -230,6 +230,7 @@ print(backends.ensure("pushpull", "cpu"))
 """
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_backend_choice_per_process(tmp_path):
     res = {}
     for want in ("TORCH", None):

@@ -19,6 +19,9 @@ from nitorch_jit import backends
 from tests.cuda import cases as K
 from tests.cuda.cases import check as _check
 
+# the quick tier leaves out: a build of the CUDA emulation (10-30 s) per module
+pytestmark = pytest.mark.slow
+
 F32, F64 = torch.float32, torch.float64
 
 

@@ -25,6 +25,9 @@ from tests.cuda.cases import load_emulation
 from tests.ops.regsolve.cases import (  # noqa: F401
     BOUNDS, C, assert_same_errors, close, first_line, periods, random_taps, realistic, spd_hessian)
 
+# the quick tier leaves out: a build of the CUDA emulation (10-30 s) per module
+pytestmark = pytest.mark.slow
+
 F32, F64 = torch.float32, torch.float64
 
 

@@ -353,6 +353,7 @@ print("RESULT", json.dumps([asked, sorted(map(list, backends.status()))]))
 """
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_cpu_only_process_never_compiles_cuda():
     # the session cache (tests/conftest.py) usually holds the CPU build already
     proc = _run(CPU_ONLY, os.environ["NI_JIT_CACHE_DIR"])

@@ -366,6 +366,7 @@ def test_ndimage_affine_transform_vs_scipy(dtype, order):
     assert np.abs(ours - ref).max() <= tol
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_torch_compile_fullgraph():
     x = randn(1, 2, 6, 7)
     A = matrix(2, seed=15)

@@ -156,6 +156,7 @@ def test_bad_input_names_the_argument(call, exc, word):
 
 
 # ----------------------------------------------------------------------------- torch.compile
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_torch_compile_fullgraph_no_graph_break():
     img = torch.randn(1, 2, 6, 6, 6, requires_grad=True)
     grid = (nj.identity_grid([6, 6, 6])[None] + torch.randn(1, 6, 6, 6, 3) * 0.5).requires_grad_()

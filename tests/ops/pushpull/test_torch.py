@@ -544,6 +544,7 @@ def _pull_args():
     return x, g
 
 
+@pytest.mark.slow  # an inductor compile
 def test_compile_pull():
     """fullgraph: no graph break. One configuration here (each one compiles anew)."""
     _compile_check("grid_pull", _pull_args(), [1, 2, 1], [BOUNDS["dct2"], BOUNDS["dst1"], 0],

@@ -356,6 +356,7 @@ def test_gradcheck_regulariser():
         v, membrane=0.3, bending=0.1, lame=(0.2, 0.3), hessian=h), (v, hg))
 
 
+@pytest.mark.slow  # ~150 solves to 1e-14
 def test_gradcheck_solvers():
     # The solvers' backward is one implicit-autograd Function in Python (ops/solvers.py) over
     # the kernels of the backend: the full Jacobian here, on the compiled kernels. Rerun on

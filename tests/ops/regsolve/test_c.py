@@ -328,6 +328,7 @@ def test_relax_realistic_converges(C, dim):
         assert res.abs().max() < 1e-6 * g.abs().max(), (bnd, res.abs().max())
 
 
+@pytest.mark.slow  # many relaxation sweeps
 @pytest.mark.parametrize("dim", [2, 3])
 def test_relax_wave_order_threads(C, dim, knobs):
     """reg_relax_ runs the colours' tasks plane by plane in a wave (rows in a wave within a

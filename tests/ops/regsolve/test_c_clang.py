@@ -45,6 +45,7 @@ def _run(env):
 
 @pytest.mark.skipif(shutil.which("clang++") is None,
                     reason="clang++ is not installed (Debian: apt install clang libomp-dev)")
+@pytest.mark.slow  # builds the kernels with clang
 def test_regsolve_clang_build_runs_and_equals_gcc_build():
     env = dict(os.environ, NI_COMPILED_BACKEND="C", CXX="clang++")
     clang = _run(env)

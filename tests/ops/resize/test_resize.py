@@ -266,6 +266,7 @@ def test_torch_compile(c_ops):
     assert torch.allclose(g(d), api.restrict(api.resize_grid(d, 2), 2, anchor="e"))
 
 
+@pytest.mark.slow  # the quick tier leaves out: fresh processes or a compile, 2+ s
 def test_torch_backend_subprocess(c_ops, tmp_path):
     """NI_COMPILED_BACKEND=TORCH serves splinc and resize through the registered twins."""
     import os
