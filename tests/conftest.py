@@ -205,10 +205,14 @@ def monai_own_c(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that uses MONAI's own _C is slow (the quick tier leaves out its build, a minute)."""
+    """A test that uses MONAI's own _C is slow (the quick tier leaves out its build, a minute).
+    The slow tests run first, in their order: pytest-xdist hands out tests in this order, so
+    the long ones (client suites, nested runs, builds) start on every worker at once and the
+    run ends on short tests, not on one worker finishing a long one while the other waits."""
     for item in items:
         if "monai_own_c" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 
 @pytest.hookimpl(hookwrapper=True)
