@@ -207,27 +207,33 @@ def monai_own_c(tmp_path_factory):
 def pytest_collection_modifyitems(config, items):
     """A test that uses MONAI's own _C is slow (the quick tier leaves out its build, a minute).
 
-    Under pytest-xdist the slow tests are dealt out first: worksteal gives worker k the k-th
-    of n equal blocks of this list and later moves tests from the end of a busy worker's block
-    to an idle one, so each block starts with every n-th slow test (client suites, nested runs,
-    builds) and ends with short ones. The run then ends on short tests on every worker, not on
-    one worker finishing the long ones alone (320 s of a 1107 s run, with all of them in one
-    block)."""
+    Under pytest-xdist the slow tests are dealt out first, a file at a time: worksteal gives
+    worker k the k-th of n equal blocks of this list and later moves tests from the end of a
+    busy worker's block to an idle one, so each block starts with every n-th file's slow tests
+    (client suites, nested runs, builds; a file's tests together and in their order, as some
+    share a module's cache) and ends with short ones. The run then ends on short tests on
+    every worker, not on one finishing the long ones alone (320 s of a 1107 s run, with all
+    of them in one block)."""
     for item in items:
         if "monai_own_c" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
     if workers < 2:
         return
-    slow = [i for i in items if i.get_closest_marker("slow") is not None]
+    files = {}  # the slow tests of each file, in collection order
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            files.setdefault(item.nodeid.split("::")[0], []).append(item)
     fast = [i for i in items if i.get_closest_marker("slow") is None]
+    dealt = [[] for _ in range(workers)]
+    for k, tests in enumerate(files.values()):
+        dealt[k % workers] += tests
     blocks, remaining = [], len(items)
     for k in range(workers):
         size = remaining // (workers - k)  # worksteal's first split
         remaining -= size
-        block = slow[k::workers]
-        take = max(0, size - len(block))
-        blocks += block + fast[:take]
+        take = max(0, size - len(dealt[k]))
+        blocks += dealt[k] + fast[:take]
         fast = fast[take:]
     items[:] = blocks + fast
 
