@@ -12,7 +12,6 @@ for _name in [n for n in os.environ if n.startswith("NI_") and n not in KEPT]:
 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
 
 
-
 def _kept_test_cache():
     """The suite's cache kept between runs: a folder beside the user's own cache
     (``~/.cache/nitorch_jit-tests`` on Linux), or None where there is no usable home."""
@@ -31,8 +30,8 @@ def _kept_test_cache():
 # second run compiles nothing; NI_JIT_TEST_CACHE=DIR picks another folder (an empty one: a cold
 # run, as CI's). Set here, in the environment, so that pytest-xdist's workers (and every
 # subprocess) share it.
-if not os.environ.get("NI_JIT_TEST_CACHE") and _kept_test_cache():
-    os.environ["NI_JIT_TEST_CACHE"] = _kept_test_cache()
+if not os.environ.get("NI_JIT_TEST_CACHE"):
+    os.environ["NI_JIT_TEST_CACHE"] = _kept_test_cache() or ""
 _MADE_CACHE = not os.environ.get("NI_JIT_TEST_CACHE")
 if _MADE_CACHE:  # no usable home: a folder for this run, removed after it
     os.environ["NI_JIT_TEST_CACHE"] = tempfile.mkdtemp(prefix="nitorch_jit_test_cache_")
