@@ -24,12 +24,27 @@
 
 namespace nitorch_jit {
 
-// floor(x) as an integer, for |x| < 2^62 (callers clamp larger values first). Avoids a libm
-// call on baseline x86-64 (no SSE4.1 round instruction without -march flags).
+// floor(x) as an integer, for |x| < 2^62 (callers clamp larger values first), and x - floor(x)
+// in frac. Avoids a libm call on baseline x86-64 (no SSE4.1 round instruction without -march
+// flags). frac is taken from the truncation's float value, not from the integer converted back:
+// that conversion sat on every point's critical path (clang selects branch-free and paid it
+// twice, issue 40). f > x only for a negative non-integer x, |x| < 2^23 in float, where f - 1 is
+// exact: the same values as x - T(floor).
+template <typename T>
+NJ_HD NJ_INLINE int64_t floor_split(T x, T& frac) {
+  int64_t i = static_cast<int64_t>(x);  // truncation toward zero
+  T f = static_cast<T>(i);
+  const bool down = f > x;
+  i -= down ? 1 : 0;
+  f -= down ? T(1) : T(0);
+  frac = x - f;
+  return i;
+}
+
 template <typename T>
 NJ_HD NJ_INLINE int64_t floor_to_int(T x) {
-  int64_t i = static_cast<int64_t>(x);  // truncation toward zero
-  return (static_cast<T>(i) > x) ? i - 1 : i;
+  T frac;
+  return floor_split(x, frac);
 }
 
 }  // namespace nitorch_jit

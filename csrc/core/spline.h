@@ -256,9 +256,7 @@ template <> struct SplineTaps<7, 2> {  // order 7, second derivatives
 template <int O, typename T>
 NJ_HD NJ_INLINE int64_t spline_start(T x, T& u) {
   const T xs = (O & 1) ? x - T((O - 1) / 2) : x - T(O - 1) * T(0.5);
-  const int64_t i0 = floor_to_int(xs);
-  u = xs - static_cast<T>(i0);
-  return i0;
+  return floor_split(xs, u);
 }
 
 // Runtime-order versions: write order+1 values into w (w must hold kMaxTaps).
@@ -286,9 +284,7 @@ NJ_HD NJ_INLINE void spline_ddweights(int order, T u, T* w) { spline_taps<2>(ord
 template <typename T>
 NJ_HD inline int64_t spline_start(int order, T x, T& u) {
   const T xs = x - T(order - 1) * T(0.5);
-  const int64_t i0 = floor_to_int(xs);
-  u = xs - static_cast<T>(i0);
-  return i0;
+  return floor_split(xs, u);
 }
 
 // Single-point evaluation: the DER-th derivative of beta_order at t (0 outside the support).
@@ -299,11 +295,11 @@ NJ_HD inline T bspline_eval(int order, T t) {
   // t = u + (order-1)/2 - k  =>  u - k = v
   const T v = t - T(order - 1) * T(0.5);
   if (!(v > T(-order - 1) && v < T(1))) return T(0);  // outside the support, or NaN
-  const int64_t fl = floor_to_int(v);
-  const int64_t k = -fl;
+  T u;
+  const int64_t k = -floor_split(v, u);
   if (k < 0 || k > order) return T(0);
   T w[kMaxTaps];
-  spline_taps<DER>(order, v - static_cast<T>(fl), w);
+  spline_taps<DER>(order, u, w);
   return w[k];
 }
 template <typename T>

@@ -29,6 +29,14 @@ struct PushOp {
     }
   }
   void empty(const Point&) const {}
+  // order 1, float32, 2-D or 3-D: the vector path of avx2/push.h (scatter_run asks first)
+  bool fast_range(const Geom& G, const T* grid, int64_t begin, int64_t end) const {
+#ifdef NJ_FASTPATH_AVX2
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<Add, PlainAdd>)
+      return try_scatter_avx2<Push2dAvx2, Push3dAvx2>(G, grid, begin, end, is.s[2], *this);
+#endif
+    return false;
+  }
 };
 
 template <typename T, class Add>
@@ -125,7 +133,8 @@ struct PullBackOp {
   bool fast_range(const Geom& G, const T* grid, int64_t begin, int64_t end) const {
 #ifdef NJ_FASTPATH_AVX2
     if constexpr (std::is_same_v<T, float> && std::is_same_v<Add, PlainAdd>)
-      return try_pullback_avx2(G, grid, begin, end, *this);
+      return try_scatter_avx2<PullBack2dAvx2, PullBack3dAvx2>(G, grid, begin, end, gs.s[2],
+                                                               *this);
 #endif
     return false;
   }

@@ -5,8 +5,7 @@
 #include "core/platform.h"
 
 #if defined(NJ_AVX2_PATHS)  // x86-64, gcc or clang (core/platform.h)
-#include "pushpull/cpu/avx2/coords.h"
-#include "pushpull/cpu/avx2/rows.h"
+#include "pushpull/cpu/avx2/push.h"
 
 namespace nitorch_jit {
 namespace pushpull {
@@ -15,9 +14,9 @@ namespace cpu {
 // grid_pull_backward, order 1: per block, the weights once; per channel, the 4 taps of each
 // point (two 64-bit loads, then a transpose to one vector per tap), the grid gradient
 // contracted with the incoming gradient in vector registers, and the 4 scatter adds of each
-// interior point in scalar code (points of one block may share voxels), in the order of the
-// scalar path (point by point, so the same sums up to rounding). Op is PullBackOp
-// (pushpull/cpu/push.cpp) adding plainly into op.out.
+// interior point in scalar code (points of one block may share voxels): push.h's
+// scatter_bilinear8, in the scalar path's order. Op is PullBackOp (pushpull/cpu/push.cpp)
+// adding plainly into op.out.
 template <class Op>
 struct PullBack2dAvx2 : Avx2Path<1, 2, 1, Op> {
   using Base = Avx2Path<1, 2, 1, Op>;
@@ -28,8 +27,7 @@ struct PullBack2dAvx2 : Avx2Path<1, 2, 1, Op> {
     const Coords2d<1> coords(G);
     const int64_t s1 = G.sst[1];
     const int64_t vstep = op.gs.s[2];  // incoming gradient: stride along the row
-    const __m256i vlane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                             _mm256_set1_epi32(static_cast<int>(vstep)));
+    const __m256i vlane = value_lanes(vstep);
     const float* vrow = op.gr + op.gs.at(pt);
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.N;
@@ -40,12 +38,12 @@ struct PullBack2dAvx2 : Avx2Path<1, 2, 1, Op> {
       coords.load(r, l, blk);
       const __m256 w10 = _mm256_sub_ps(one, blk.u1), w11 = blk.u1;
       const __m256 w20 = _mm256_sub_ps(one, blk.u2), w21 = blk.u2;
+      const __m256 w[2][2] = {{w10, w11}, {w20, w21}};
       alignas(32) int32_t idx[8];  // base indices, natural order
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
       __m256 acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
       for (int64_t c = 0; c < op.C; ++c) {
-        const float* vp = vrow + c * op.gs.sC + l * vstep;
-        const __m256 v = vstep == 1 ? _mm256_loadu_ps(vp) : _mm256_i32gather_ps(vp, vlane, 4);
+        const __m256 v = block_values(vrow + c * op.gs.sC + l * vstep, vstep, vlane);
         const float* img = ib + c * op.sC;
         __m256 t00, t01, t10, t11;
         bilinear_taps8(img, idx, s1, t00, t01, t10, t11);
@@ -59,21 +57,7 @@ struct PullBack2dAvx2 : Avx2Path<1, 2, 1, Op> {
         const __m256 nz = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_UQ);
         acc1 = _mm256_add_ps(acc1, _mm256_and_ps(nz, _mm256_mul_ps(v, d1)));
         acc2 = _mm256_add_ps(acc2, _mm256_and_ps(nz, _mm256_mul_ps(v, d2)));
-        const __m256 a0 = _mm256_mul_ps(w10, v), a1 = _mm256_mul_ps(w11, v);
-        alignas(32) float p00[8], p01[8], p10[8], p11[8];
-        _mm256_store_ps(p00, _mm256_mul_ps(a0, w20));
-        _mm256_store_ps(p01, _mm256_mul_ps(a0, w21));
-        _mm256_store_ps(p10, _mm256_mul_ps(a1, w20));
-        _mm256_store_ps(p11, _mm256_mul_ps(a1, w21));
-        float* out = ob + c * op.N;
-        for (int j = 0; j < 8; ++j) {
-          if (!((blk.in_mask >> j) & 1)) continue;
-          float* o = out + idx[j];
-          o[0] += p00[j];
-          o[1] += p01[j];
-          o[s1] += p10[j];
-          o[s1 + 1] += p11[j];
-        }
+        scatter_bilinear8(ob + c * op.N, idx, s1, w, v, blk.in_mask);
       }
       // grid gradient [.., 2] interleaved: (acc1[j], acc2[j]) for j = 0..7
       const __m256 lo = _mm256_unpacklo_ps(acc1, acc2), hi = _mm256_unpackhi_ps(acc1, acc2);
@@ -85,7 +69,8 @@ struct PullBack2dAvx2 : Avx2Path<1, 2, 1, Op> {
 };
 
 // grid_pull_backward, 3-D, order 1: as PullBack2dAvx2 with 8 taps (four 64-bit loads per point
-// and channel, then a transpose) and 8 scalar scatter adds per interior point.
+// and channel, then a transpose) and 8 scalar scatter adds per interior point
+// (scatter_trilinear8).
 template <class Op>
 struct PullBack3dAvx2 : Avx2Path<1, 3, 1, Op> {
   using Base = Avx2Path<1, 3, 1, Op>;
@@ -96,8 +81,7 @@ struct PullBack3dAvx2 : Avx2Path<1, 3, 1, Op> {
     const Coords3d coords(G);
     const int64_t s0 = G.sst[0], s1 = G.sst[1];
     const int64_t vstep = op.gs.s[2];
-    const __m256i vlane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                             _mm256_set1_epi32(static_cast<int>(vstep)));
+    const __m256i vlane = value_lanes(vstep);
     const float* vrow = op.gr + op.gs.at(pt);
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.N;
@@ -111,15 +95,11 @@ struct PullBack3dAvx2 : Avx2Path<1, 3, 1, Op> {
         w[k][0] = _mm256_sub_ps(one, blk.u[k]);
         w[k][1] = blk.u[k];
       }
-      __m256 w01[2][2];  // w0[a] * w1[b]
-      for (int a = 0; a < 2; ++a)
-        for (int b = 0; b < 2; ++b) w01[a][b] = _mm256_mul_ps(w[0][a], w[1][b]);
       alignas(32) int32_t idx[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
       __m256 acc[3] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
       for (int64_t c = 0; c < op.C; ++c) {
-        const float* vp = vrow + c * op.gs.sC + l * vstep;
-        const __m256 v = vstep == 1 ? _mm256_loadu_ps(vp) : _mm256_i32gather_ps(vp, vlane, 4);
+        const __m256 v = block_values(vrow + c * op.gs.sC + l * vstep, vstep, vlane);
         const float* img = ib + c * op.sC;
         __m256 t[8];  // tap 4 a + 2 b + c, one lane per point
         for (int j = 0; j < 8; ++j) t[j] = trilinear_taps(img + idx[j], s0, s1);
@@ -144,26 +124,7 @@ struct PullBack3dAvx2 : Avx2Path<1, 3, 1, Op> {
         acc[0] = _mm256_add_ps(acc[0], _mm256_and_ps(nz, _mm256_mul_ps(v, d0)));
         acc[1] = _mm256_add_ps(acc[1], _mm256_and_ps(nz, _mm256_mul_ps(v, d1)));
         acc[2] = _mm256_add_ps(acc[2], _mm256_and_ps(nz, _mm256_mul_ps(v, d2)));
-        alignas(32) float pw[8][8];  // tap (a, b, c) -> row 4a + 2b + c, one column per point
-        for (int a = 0; a < 2; ++a)
-          for (int b = 0; b < 2; ++b) {
-            const __m256 ab = _mm256_mul_ps(w01[a][b], v);
-            _mm256_store_ps(pw[4 * a + 2 * b], _mm256_mul_ps(ab, w[2][0]));
-            _mm256_store_ps(pw[4 * a + 2 * b + 1], _mm256_mul_ps(ab, w[2][1]));
-          }
-        float* out = ob + c * op.N;
-        for (int j = 0; j < 8; ++j) {
-          if (!((blk.in_mask >> j) & 1)) continue;
-          float* o = out + idx[j];
-          o[0] += pw[0][j];
-          o[1] += pw[1][j];
-          o[s1] += pw[2][j];
-          o[s1 + 1] += pw[3][j];
-          o[s0] += pw[4][j];
-          o[s0 + 1] += pw[5][j];
-          o[s0 + s1] += pw[6][j];
-          o[s0 + s1 + 1] += pw[7][j];
-        }
+        scatter_trilinear8(ob + c * op.N, idx, s0, s1, w, v, blk.in_mask);
       }
       alignas(32) float ga[3][8];
       for (int k = 0; k < 3; ++k) _mm256_store_ps(ga[k], acc[k]);

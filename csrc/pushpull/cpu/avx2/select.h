@@ -1,7 +1,7 @@
 // Fast paths on CPU with AVX2 + FMA (compiled for that target only, chosen at run time when the CPU
 // has it), every dim of the same order: grid_pull / affine_pull of orders 1 and 3 in 2-D and 3-D
-// (float32) and in 3-D (float64), and grid_pull_backward of order 1 in 2-D and 3-D (float32;
-// push.cpp). pull.cpp's older Pull1Avx2 serves sources whose last dim is strided.
+// (float32) and in 3-D (float64), and grid_push and grid_pull_backward of order 1 in 2-D and 3-D
+// (float32; push.cpp). pull.cpp's older Pull1Avx2 serves sources whose last dim is strided.
 //
 // A block of points of a row at a time (8 floats, 4 doubles): coordinates (deinterleaved or
 // plain loads, or computed from the matrix), interior test, base indices and weights in vector
@@ -15,9 +15,9 @@
 // extrapolate on, the pulls first fold coordinates on dct1 / dct2 dims into the source
 // (MirrorFold), so that only points near its border remain for the scalar path.
 //
-// This file chooses a path for a call and walks its rows; the paths are in pull2d.h, pull3d.h
-// and pullback.h, built on lanes.h (vector primitives), coords.h (coordinates and blocks) and
-// rows.h (the scaffold they share: blocks of a row, the scalar redo, the tail).
+// This file chooses a path for a call and walks its rows; the paths are in pull2d.h, pull3d.h,
+// push.h and pullback.h, built on lanes.h (vector primitives), coords.h (coordinates and
+// blocks) and rows.h (the scaffold they share: blocks of a row, the scalar redo, the tail).
 #pragma once
 
 #include "core/platform.h"
@@ -29,6 +29,7 @@
 #include "pushpull/cpu/avx2/pull2d.h"
 #include "pushpull/cpu/avx2/pull3d.h"
 #include "pushpull/cpu/avx2/pullback.h"
+#include "pushpull/cpu/avx2/push.h"
 #include "pushpull/cpu/loop.h"
 
 #define NJ_FASTPATH_AVX2 1
@@ -159,20 +160,22 @@ bool try_pull_avx2(const Geom& G, const Src& src, const Op& op) {
   return true;
 }
 
-// The points [begin, end) of grid_pull_backward (order 1, 2-D or 3-D) into op.out; false when
-// the fast path does not apply (the caller then runs the generic loop).
-template <class Op>
-bool try_pullback_avx2(const Geom& G, const float* grid, int64_t begin, int64_t end,
-                       const Op& op) {
-  if (op.gs.s[2] * 7 > 0x7fffffff) return false;
+// The points [begin, end) of a scatter of order 1, 2-D or 3-D, into op.out through the vector
+// paths Path2d / Path3d: grid_push (Push2dAvx2, Push3dAvx2) or grid_pull_backward (PullBack2dAvx2,
+// PullBack3dAvx2); vstep is the stride of the op's per-point values along a row. False when the
+// fast path does not apply (the caller then runs the generic loop).
+template <template <class> class Path2d, template <class> class Path3d, class Op>
+bool try_scatter_avx2(const Geom& G, const float* grid, int64_t begin, int64_t end,
+                      int64_t vstep, const Op& op) {
+  if (vstep < 0 || vstep * 7 > 0x7fffffff) return false;  // gathered values: int32 offsets
   auto run = [&](auto kernel) {
     for_rows(G, coords_of(grid), begin, end,
              [&](Point pt, const auto& r, int64_t count) { kernel.row(pt, r, count); });
   };
   if (fast2d_avx2_order(G) == 1 && variant_has(1, 2)) {
-    if constexpr (variant_has(1, 2)) run(PullBack2dAvx2<Op>(G, op));
+    if constexpr (variant_has(1, 2)) run(Path2d<Op>(G, op));
   } else if (fast3d_avx2_order(G) == 1 && variant_has(1, 3)) {
-    if constexpr (variant_has(1, 3)) run(PullBack3dAvx2<Op>(G, op));
+    if constexpr (variant_has(1, 3)) run(Path3d<Op>(G, op));
   } else {
     return false;
   }
