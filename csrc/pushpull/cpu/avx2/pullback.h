@@ -32,13 +32,12 @@ struct PullBack2dAvx2 : Avx2Path<1, 2, 1, Op> {
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.N;
     float* gg = op.gg + (pt.b * op.P + pt.p) * 2;
-    const __m256 one = _mm256_set1_ps(1.f);
     this->template blocks<8, 1>(pt, r, count, [&](int, int64_t l) NJ_AVX2_LAMBDA {
       Block2d blk;
       coords.load(r, l, blk);
-      const __m256 w10 = _mm256_sub_ps(one, blk.u1), w11 = blk.u1;
-      const __m256 w20 = _mm256_sub_ps(one, blk.u2), w21 = blk.u2;
-      const __m256 w[2][2] = {{w10, w11}, {w20, w21}};
+      __m256 w[2][2];
+      linear_weights(blk, w);
+      const __m256 w10 = w[0][0], w11 = w[0][1], w20 = w[1][0], w21 = w[1][1];
       alignas(32) int32_t idx[8];  // base indices, natural order
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
       __m256 acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
@@ -86,15 +85,11 @@ struct PullBack3dAvx2 : Avx2Path<1, 3, 1, Op> {
     const float* ib = op.in + pt.b * op.sB;
     float* ob = op.out + pt.b * op.C * op.N;
     float* gg = op.gg + (pt.b * op.P + pt.p) * 3;
-    const __m256 one = _mm256_set1_ps(1.f);
     this->template blocks<8, 1>(pt, r, count, [&](int, int64_t l) NJ_AVX2_LAMBDA {
       Block3d blk;
       coords.load(r, l, blk);
       __m256 w[3][2];
-      for (int k = 0; k < 3; ++k) {
-        w[k][0] = _mm256_sub_ps(one, blk.u[k]);
-        w[k][1] = blk.u[k];
-      }
+      linear_weights(blk, w);
       alignas(32) int32_t idx[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
       __m256 acc[3] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};

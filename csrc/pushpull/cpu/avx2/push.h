@@ -76,6 +76,23 @@ NJ_TARGET_AVX2_FMA inline void scatter_trilinear8(float* out, const int32_t* idx
   }
 }
 
+// The order-1 weights of a block, (1 - u, u) per internal dim: w[k] for dim 1 + k in 2-D, dim k
+// in 3-D (the layout scatter_bilinear8 / scatter_trilinear8 take).
+NJ_TARGET_AVX2_FMA inline void linear_weights(const Block2d& blk, __m256 (&w)[2][2]) {
+  const __m256 one = _mm256_set1_ps(1.f);
+  w[0][0] = _mm256_sub_ps(one, blk.u1);
+  w[0][1] = blk.u1;
+  w[1][0] = _mm256_sub_ps(one, blk.u2);
+  w[1][1] = blk.u2;
+}
+NJ_TARGET_AVX2_FMA inline void linear_weights(const Block3d& blk, __m256 (&w)[3][2]) {
+  const __m256 one = _mm256_set1_ps(1.f);
+  for (int k = 0; k < 3; ++k) {
+    w[k][0] = _mm256_sub_ps(one, blk.u[k]);
+    w[k][1] = blk.u[k];
+  }
+}
+
 // The 8 values of a block of one channel: plain loads where the row is contiguous, else
 // gathered at lane * vstep (select.h checks that 7 * vstep fits 32 bits).
 NJ_TARGET_AVX2_FMA inline __m256 block_values(const float* p, int64_t vstep, __m256i vlane) {
@@ -104,12 +121,11 @@ struct Push2dAvx2 : Avx2Path<1, 2, 0, Op> {
     const __m256i vlane = value_lanes(vstep);
     const float* vrow = op.in + op.is.at(pt);
     float* ob = op.out + pt.b * op.C * op.N;
-    const __m256 one = _mm256_set1_ps(1.f);
     this->template blocks<8, 1>(pt, r, count, [&](int, int64_t l) NJ_AVX2_LAMBDA {
       Block2d blk;
       coords.load(r, l, blk);
-      const __m256 w[2][2] = {{_mm256_sub_ps(one, blk.u1), blk.u1},
-                              {_mm256_sub_ps(one, blk.u2), blk.u2}};
+      __m256 w[2][2];
+      linear_weights(blk, w);
       alignas(32) int32_t idx[8];  // base indices, natural order
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
       for (int64_t c = 0; c < op.C; ++c) {
@@ -135,15 +151,11 @@ struct Push3dAvx2 : Avx2Path<1, 3, 0, Op> {
     const __m256i vlane = value_lanes(vstep);
     const float* vrow = op.in + op.is.at(pt);
     float* ob = op.out + pt.b * op.C * op.N;
-    const __m256 one = _mm256_set1_ps(1.f);
     this->template blocks<8, 1>(pt, r, count, [&](int, int64_t l) NJ_AVX2_LAMBDA {
       Block3d blk;
       coords.load(r, l, blk);
       __m256 w[3][2];
-      for (int k = 0; k < 3; ++k) {
-        w[k][0] = _mm256_sub_ps(one, blk.u[k]);
-        w[k][1] = blk.u[k];
-      }
+      linear_weights(blk, w);
       alignas(32) int32_t idx[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx), blk.base);
       for (int64_t c = 0; c < op.C; ++c) {
